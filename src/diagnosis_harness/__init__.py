@@ -1,0 +1,86 @@
+"""diagnosis-harness: one explicit RunContext for every LLM diagnosis run.
+
+A deadline read off an injected clock, cooperative cancellation that keeps its first reason,
+thread-safe budgets, a lifecycle with exactly one terminal outcome, typed and recorded retries,
+safe Tool Call keys and a run capacity counter. The lifecycle, the budget and the retry executor
+are state machines generated from the tables in ``model/``.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from ._boundary import Boundary
+from ._budget import Budget, BudgetDimension, BudgetLimits, BudgetUsage
+from ._cancellation import (
+    CallbackErrorHandler,
+    Cancellation,
+    CancellationCallback,
+    CancellationReason,
+    Registration,
+)
+from ._capacity import RunCapacityCounter
+from ._clock import Clock, Deadline, ManualClock, SystemClock
+from ._context import RunContext
+from ._errors import (
+    BudgetExhausted,
+    HarnessError,
+    HarnessFailure,
+    IllegalTransition,
+    InvalidRunIdentity,
+    RunCancelled,
+    RunFinished,
+    RunTerminated,
+    RunTimedOut,
+    UnsafeKeySegment,
+)
+from ._failure import FailureKind
+from ._generated.tables import RunState
+from ._keys import ToolCallKeyFactory
+from ._lifecycle import FinishResult, Lifecycle, RunTermination
+from ._retry_policy import RetryPolicies, RetryPolicy
+from ._scope import RunScope
+
+try:
+    __version__ = version("diagnosis-harness")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree without metadata
+    from ._version import __version__
+
+__all__ = [
+    "Boundary",
+    "Budget",
+    "BudgetDimension",
+    "BudgetExhausted",
+    "BudgetLimits",
+    "BudgetUsage",
+    "CallbackErrorHandler",
+    "Cancellation",
+    "CancellationCallback",
+    "CancellationReason",
+    "Clock",
+    "Deadline",
+    "FailureKind",
+    "FinishResult",
+    "HarnessError",
+    "HarnessFailure",
+    "IllegalTransition",
+    "InvalidRunIdentity",
+    "Lifecycle",
+    "ManualClock",
+    "Registration",
+    "RetryPolicies",
+    "RetryPolicy",
+    "RunCancelled",
+    "RunCapacityCounter",
+    "RunContext",
+    "RunFinished",
+    "RunScope",
+    "RunState",
+    "RunTerminated",
+    "RunTermination",
+    "RunTimedOut",
+    "SystemClock",
+    "ToolCallKeyFactory",
+    "UnsafeKeySegment",
+    "__version__",
+]

@@ -7,13 +7,40 @@ run's cancellation is not the cancellation of an asyncio task unless ``ctx.scope
 
 from __future__ import annotations
 
-from typing import final
+from typing import TYPE_CHECKING, final
 
-__all__ = ["HarnessError", "IllegalTransition"]
+if TYPE_CHECKING:
+    from ._boundary import Boundary
+    from ._budget import BudgetDimension
+    from ._failure import FailureKind
+    from ._lifecycle import RunTermination
+
+__all__ = [
+    "BudgetExhausted",
+    "HarnessError",
+    "HarnessFailure",
+    "IllegalTransition",
+    "InvalidRunIdentity",
+    "RunCancelled",
+    "RunFinished",
+    "RunTerminated",
+    "RunTimedOut",
+    "UnsafeKeySegment",
+]
 
 
 class HarnessError(Exception):
     """Base class of every error this library raises on purpose."""
+
+
+@final
+class InvalidRunIdentity(HarnessError, ValueError):
+    """A blank, whitespace-only or non-``str`` session or run ID given to ``RunContext.create``."""
+
+
+@final
+class UnsafeKeySegment(HarnessError, ValueError):
+    """A key segment that is blank, too long, or holds a character outside ``[A-Za-z0-9_.-]``."""
 
 
 @final
@@ -26,3 +53,58 @@ class IllegalTransition(HarnessError):
         self.event = event
         message = f"{machine}: event {event!r} is not allowed in state {state}"
         super().__init__(f"{message} ({detail})" if detail else message)
+
+
+class RunTerminated(HarnessError):
+    """The run is over; no further controlled work may start.
+
+    ``termination`` is the run's one terminal outcome (the same object every time), ``boundary``
+    the gate that refused the work, or ``None`` when the refusal did not come from a gate.
+    Catch this class to handle every way a run can end; its subclasses say which way it ended.
+    """
+
+    def __init__(self, termination: RunTermination, boundary: Boundary | None = None) -> None:
+        self.termination = termination
+        self.boundary = boundary
+        where = f" at the {boundary.name} boundary" if boundary is not None else ""
+        super().__init__(f"run is {termination.state.name}{where}: {termination.reason}")
+
+
+@final
+class RunCancelled(RunTerminated):
+    """The run was cancelled (client disconnect, user request, shutdown)."""
+
+
+@final
+class RunTimedOut(RunTerminated):
+    """A boundary read the clock at or after the run's deadline."""
+
+
+@final
+class BudgetExhausted(RunTerminated):
+    """A budget limit was reached; ``dimension`` names it (``None`` if cancelled for budget)."""
+
+    def __init__(
+        self,
+        termination: RunTermination,
+        boundary: Boundary | None = None,
+        *,
+        dimension: BudgetDimension | None = None,
+    ) -> None:
+        super().__init__(termination, boundary)
+        self.dimension = dimension
+
+
+@final
+class RunFinished(RunTerminated):
+    """Work was attempted after the run recorded ``SUCCESS`` or ``FAILED``."""
+
+
+@final
+class HarnessFailure(HarnessError):
+    """An operation's failure with its typed :class:`FailureKind`; the retry executor reads it."""
+
+    def __init__(self, kind: FailureKind, message: str = "") -> None:
+        self.kind = kind
+        self.message = message
+        super().__init__(f"{kind.name}: {message}" if message else kind.name)

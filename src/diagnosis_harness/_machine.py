@@ -108,7 +108,7 @@ class TableMachine(Generic[S, E]):
         if rows is None:
             if state in self._terminal:
                 return None
-            raise IllegalTransition(self._table.name, state.name, event.name)
+            raise IllegalTransition(self._table.name, state.name, event.value)
         for row in rows:
             guard = row.guard
             if guard is not None:
@@ -118,13 +118,23 @@ class TableMachine(Generic[S, E]):
                     raise IllegalTransition(
                         self._table.name,
                         state.name,
-                        event.name,
+                        event.value,
                         detail=f"guard {guard!r} was not evaluated",
                     ) from None
+                if holds.__class__ is not bool:
+                    raise IllegalTransition(
+                        self._table.name,
+                        state.name,
+                        event.value,
+                        detail=f"guard {guard!r} must be a bool, got {holds!r}",
+                    )
                 if holds is not row.expect:
                     continue
             self._state = row.target
             return row
         raise IllegalTransition(
-            self._table.name, state.name, event.name, detail=f"no row matches guards {dict(guards)}"
+            self._table.name,
+            state.name,
+            event.value,
+            detail=f"no row matches guards {dict(guards)}",
         )

@@ -31,6 +31,7 @@ __all__ = [
 ]
 
 
+
 BudgetEventName = Literal["reserve", "record_usage"]
 """The event names of the budget machine."""
 
@@ -67,6 +68,7 @@ class BudgetModel(StateMachine):
         assert isinstance(value, BudgetState)
         return value
 
+
 LifecycleEventName = Literal["succeed", "fail", "cancel", "time_out", "exhaust_budget"]
 """The event names of the lifecycle machine."""
 
@@ -99,6 +101,7 @@ class LifecycleModel(StateMachine):
         value = self.current_state_value
         assert isinstance(value, RunState)
         return value
+
 
 RetryEventName = Literal["attempt", "stop", "succeed", "fail"]
 """The event names of the retry machine."""

@@ -15,7 +15,15 @@ from ._load import MachineSpec, TableError, load_machine, requirement_names
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["MachineSpec", "TableError", "generate", "load_all", "load_machine", "stale_files"]
+__all__ = [
+    "MachineSpec",
+    "TableError",
+    "generate",
+    "load_all",
+    "load_machine",
+    "requirement_names",
+    "stale_files",
+]
 
 
 def load_all(root: Path) -> list[MachineSpec]:

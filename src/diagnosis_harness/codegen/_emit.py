@@ -25,7 +25,6 @@ from ._load import TableError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
-    from pathlib import Path
 
     from ._load import MachineSpec
 
@@ -186,7 +185,7 @@ def render_models(machines: Sequence[MachineSpec], sources: Sequence[str]) -> st
         _check_names(m)
         literal = f"{m.class_name.removesuffix('Model')}EventName"
         names = ", ".join(f'"{e}"' for e, _ in m.events)
-        out.append("")
+        out.append("\n")
         out.append(f"{literal} = Literal[{names}]")
         out.append(f'"""The event names of the {m.name} machine."""\n')
         out.append("")
@@ -315,7 +314,3 @@ def render_all(machines: Sequence[MachineSpec]) -> dict[str, str]:
         for m in machines:
             files[f"docs/machines/{m.name}.md"] = render_doc(m, getattr(module, m.class_name))
     return files
-
-
-def model_paths(model_dir: Path) -> list[Path]:
-    return sorted(model_dir.glob("*.toml"))

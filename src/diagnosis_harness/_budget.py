@@ -1,0 +1,227 @@
+"""The run's budget: seven caller-supplied limits, counters that never pass them, one snapshot.
+
+The ACTIVE -> EXHAUSTED decision is the generated budget table (``model/budget.toml``); its guard
+``within_limits`` is computed here from the counters. A reservation is all or nothing across the
+total and per-Tool counters: the call that would pass a limit reserves nothing, so total Tool calls
+always equal the sum per Tool. Reported token usage is different: the tokens were spent, so they
+are recorded as reported even past a limit, and that exhausts the budget for good.
+
+Every method named ``*_locked`` runs under the run's lock (the one the lifecycle and cancellation
+share): ``RunContext`` checks the deadline and the terminal outcome and reserves in one section.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, final
+
+from ._generated.tables import BUDGET, BudgetEvent, BudgetState
+from ._machine import TableMachine
+from ._validate import non_blank_str, positive_int
+
+if TYPE_CHECKING:
+    import threading
+    from collections.abc import Mapping
+
+__all__ = ["Budget", "BudgetDimension", "BudgetLimits", "BudgetUsage"]
+
+_WITHIN = MappingProxyType({"within_limits": True})
+_OVER = MappingProxyType({"within_limits": False})
+
+
+class BudgetDimension(enum.Enum):
+    """One limit of :class:`BudgetLimits`."""
+
+    MODEL_CALLS = "model_calls"
+    TOOL_CALLS = "tool_calls"
+    PER_TOOL_CALLS = "per_tool_calls"
+    INPUT_TOKENS = "input_tokens"
+    OUTPUT_TOKENS = "output_tokens"
+    TOTAL_TOKENS = "total_tokens"
+    RUN_BYTES = "run_bytes"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetLimits:
+    """Every limit is required and a positive ``int``: there is no "unlimited" by accident."""
+
+    model_calls: int
+    tool_calls: int
+    per_tool_calls: int  # the limit for each Tool not named in per_tool_overrides
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    run_bytes: int
+    per_tool_overrides: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        for dimension in BudgetDimension:
+            positive_int(dimension.value, getattr(self, dimension.value))
+        overrides = self.per_tool_overrides
+        if not hasattr(overrides, "items"):
+            raise TypeError(
+                f"per_tool_overrides must be a mapping of tool name to int, got {overrides!r}"
+            )
+        frozen = {}
+        for tool, limit in overrides.items():
+            non_blank_str("per_tool_overrides key", tool)
+            frozen[tool] = positive_int(f"per_tool_overrides[{tool!r}]", limit)
+        # A private frozen copy: the caller's dict may change, these limits may not.
+        object.__setattr__(self, "per_tool_overrides", MappingProxyType(frozen))
+
+    def per_tool_limit(self, tool: str) -> int:
+        return self.per_tool_overrides.get(tool, self.per_tool_calls)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetUsage:
+    """A consistent snapshot of the counters (taken under the run lock)."""
+
+    model_calls: int
+    tool_calls: int
+    per_tool_calls: Mapping[str, int]
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    run_bytes: int
+    exhausted: BudgetDimension | None  # the first limit reached, or None while ACTIVE
+
+
+@final
+class Budget:
+    """The run's counters against its :class:`BudgetLimits`. Read it with :meth:`snapshot`.
+
+    Reservations go through the run: ``ctx.reserve_model_call()``, ``ctx.reserve_tool_call(name)``,
+    ``ctx.reserve_bytes(n)`` and ``ctx.record_token_usage(...)``, which check the run first.
+    """
+
+    __slots__ = (
+        "_exhausted",
+        "_input_tokens",
+        "_limits",
+        "_lock",
+        "_machine",
+        "_model_calls",
+        "_output_tokens",
+        "_per_tool",
+        "_run_bytes",
+        "_tool_calls",
+    )
+
+    def __init__(self, limits: BudgetLimits, *, lock: threading.Lock) -> None:
+        self._limits = limits
+        self._lock = lock  # the run's lock: protects every counter and _machine
+        self._machine = TableMachine(BUDGET, lock=lock)
+        self._model_calls = 0
+        self._tool_calls = 0
+        self._per_tool: dict[str, int] = {}
+        self._input_tokens = 0
+        self._output_tokens = 0
+        self._run_bytes = 0
+        self._exhausted: BudgetDimension | None = None
+
+    @property
+    def limits(self) -> BudgetLimits:
+        return self._limits
+
+    @property
+    def state(self) -> BudgetState:
+        return self._machine.state
+
+    @property
+    def exhausted(self) -> BudgetDimension | None:
+        return self._exhausted
+
+    def snapshot(self) -> BudgetUsage:
+        with self._lock:
+            return BudgetUsage(
+                model_calls=self._model_calls,
+                tool_calls=self._tool_calls,
+                per_tool_calls=MappingProxyType(dict(self._per_tool)),
+                input_tokens=self._input_tokens,
+                output_tokens=self._output_tokens,
+                total_tokens=self._input_tokens + self._output_tokens,
+                run_bytes=self._run_bytes,
+                exhausted=self._exhausted,
+            )
+
+    # -- under the run lock ---------------------------------------------------------------------
+    # Each returns None when granted, else the reason the budget is (now) exhausted.
+
+    def _refuse_locked(self, dimension: BudgetDimension, detail: str) -> str:
+        """Fire the over-limit row (absorbed once EXHAUSTED) and describe the refusal."""
+        if self._machine.fire_locked(BudgetEvent.RESERVE, _OVER) is not None:
+            self._exhausted = dimension
+        return f"{dimension.value} limit {detail}"
+
+    def _reserve_model_call_locked(self) -> str | None:
+        limit = self._limits.model_calls
+        if self._machine.state is BudgetState.EXHAUSTED or self._model_calls >= limit:
+            return self._refuse_locked(
+                BudgetDimension.MODEL_CALLS,
+                f"{limit} reached: Model call {self._model_calls + 1} refused",
+            )
+        self._machine.fire_locked(BudgetEvent.RESERVE, _WITHIN)
+        self._model_calls += 1
+        return None
+
+    def _reserve_tool_call_locked(self, tool: str) -> str | None:
+        limits = self._limits
+        used = self._per_tool.get(tool, 0)
+        per_tool = limits.per_tool_limit(tool)
+        if self._machine.state is BudgetState.EXHAUSTED:
+            return self._refuse_locked(BudgetDimension.TOOL_CALLS, "already reached")
+        if self._tool_calls >= limits.tool_calls:
+            return self._refuse_locked(
+                BudgetDimension.TOOL_CALLS,
+                f"{limits.tool_calls} reached: Tool call {self._tool_calls + 1} ({tool!r}) refused",
+            )
+        if used >= per_tool:
+            return self._refuse_locked(
+                BudgetDimension.PER_TOOL_CALLS,
+                f"{per_tool} for Tool {tool!r} reached: call {used + 1} refused",
+            )
+        self._machine.fire_locked(BudgetEvent.RESERVE, _WITHIN)
+        # Both counters move together, after both checks: total == sum per Tool, always.
+        self._tool_calls += 1
+        self._per_tool[tool] = used + 1
+        return None
+
+    def _reserve_bytes_locked(self, n: int) -> str | None:
+        limit = self._limits.run_bytes
+        if self._machine.state is BudgetState.EXHAUSTED or self._run_bytes + n > limit:
+            return self._refuse_locked(
+                BudgetDimension.RUN_BYTES,
+                f"{limit} reached: {n} more bytes refused ({self._run_bytes} used)",
+            )
+        self._machine.fire_locked(BudgetEvent.RESERVE, _WITHIN)
+        self._run_bytes += n
+        return None
+
+    def _record_token_usage_locked(self, input_tokens: int, output_tokens: int) -> str | None:
+        # The tokens were spent: record them as reported, whatever the limits say.
+        self._input_tokens += input_tokens
+        self._output_tokens += output_tokens
+        limits = self._limits
+        total = self._input_tokens + self._output_tokens
+        over = None
+        if self._input_tokens > limits.input_tokens:
+            over = (BudgetDimension.INPUT_TOKENS, limits.input_tokens, self._input_tokens)
+        elif self._output_tokens > limits.output_tokens:
+            over = (BudgetDimension.OUTPUT_TOKENS, limits.output_tokens, self._output_tokens)
+        elif total > limits.total_tokens:
+            over = (BudgetDimension.TOTAL_TOKENS, limits.total_tokens, total)
+        if over is None:
+            self._machine.fire_locked(BudgetEvent.RECORD_USAGE, _WITHIN)
+            return None
+        dimension, limit, used = over
+        if self._machine.fire_locked(BudgetEvent.RECORD_USAGE, _OVER) is not None:
+            self._exhausted = dimension
+        return f"{dimension.value} limit {limit} exceeded: {used} used"
+
+    def __repr__(self) -> str:
+        return f"Budget(state={self.state.name}, exhausted={self._exhausted})"

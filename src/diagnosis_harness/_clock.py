@@ -1,0 +1,98 @@
+"""Time as the harness reads it: an injected monotonic clock in integer nanoseconds, and deadlines.
+
+Every deadline decision reads :meth:`Clock.monotonic_ns` and compares integers (``now >= at`` is
+expired), so a test can stand one nanosecond before a deadline and one on it. Wall-clock time is
+never used: it jumps. freezegun and time-machine cannot move ``time.monotonic`` the way a deadline
+test needs, hence :class:`ManualClock`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Protocol, final, runtime_checkable
+
+from ._validate import non_negative_int
+from ._validate import seconds as _seconds
+
+__all__ = ["Clock", "Deadline", "ManualClock", "SystemClock"]
+
+_NS_PER_SECOND = 1_000_000_000
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """Anything with a monotonic ``monotonic_ns() -> int``."""
+
+    def monotonic_ns(self) -> int: ...
+
+
+@final
+class SystemClock:
+    """The process's monotonic clock, :func:`time.monotonic_ns`."""
+
+    __slots__ = ()
+
+    def monotonic_ns(self) -> int:
+        return time.monotonic_ns()
+
+    def __repr__(self) -> str:
+        return "SystemClock()"
+
+
+@final
+class ManualClock:
+    """A clock that moves only when told to, and never backwards. Thread-safe."""
+
+    __slots__ = ("_lock", "_now_ns")
+
+    def __init__(self, start_ns: int = 0) -> None:
+        self._now_ns = non_negative_int("start_ns", start_ns)
+        self._lock = threading.Lock()  # protects _now_ns against racing advances
+
+    def monotonic_ns(self) -> int:
+        return self._now_ns
+
+    def advance(self, seconds: float) -> None:
+        """Move forward by ``seconds`` (finite, >= 0), rounded to the nanosecond."""
+        self.advance_ns(round(_seconds("seconds", seconds) * _NS_PER_SECOND))
+
+    def advance_ns(self, ns: int) -> None:
+        """Move forward by ``ns`` nanoseconds (an int >= 0; a clock never goes back)."""
+        non_negative_int("ns", ns)
+        with self._lock:
+            self._now_ns += ns
+
+    def __repr__(self) -> str:
+        return f"ManualClock(now_ns={self._now_ns})"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """An instant on a :class:`Clock`'s timeline; expired when ``now >= instant_ns``."""
+
+    instant_ns: int
+
+    def __post_init__(self) -> None:
+        if type(self.instant_ns) is not int:
+            raise TypeError(f"instant_ns must be an int of nanoseconds, got {self.instant_ns!r}")
+
+    @classmethod
+    def after(cls, clock: Clock, seconds: float) -> Deadline:
+        """The instant ``seconds`` (finite, >= 0) after ``clock``'s now."""
+        delay = round(_seconds("seconds", seconds) * _NS_PER_SECOND)
+        return cls(clock.monotonic_ns() + delay)
+
+    @classmethod
+    def at_ns(cls, ns: int) -> Deadline:
+        """The instant ``ns`` on the clock's timeline; one already past expires at once."""
+        return cls(ns)
+
+    def expired(self, clock: Clock) -> bool:
+        return clock.monotonic_ns() >= self.instant_ns
+
+    def remaining_ns(self, clock: Clock) -> int:
+        """Nanoseconds left before expiry; 0 once expired."""
+        return max(0, self.instant_ns - clock.monotonic_ns())

@@ -1,0 +1,239 @@
+"""``RunContext``: the one explicit object every Model, Tool, retry, capacity and guard boundary
+gets.
+
+Theory of operation. The context is a frozen, slotted dataclass of handles; it is passed as an
+argument, never looked up (no ``threading.local``, no ``contextvars``), so a Fake Tool on another
+thread or in another task sees the very same objects. The mutable run state -- the lifecycle, the
+cancellation reason and callbacks, the budget counters -- lives behind those handles under one
+lock, the run's lock. One lock, because "check the deadline and the terminal outcome, then
+reserve" must be one decision: a reservation is granted only while the run is live, and no
+reservation is granted after the run has ended. Callbacks always run after that lock is released.
+
+``check(boundary)`` is the gate. Its fast path reads the clock and one attribute and takes no
+lock; only a run that is over, or a deadline that has passed, goes to the locked slow path, which
+records ``TIMED_OUT`` (signalling ``DEADLINE_EXCEEDED``) the first time and raises the
+``RunTerminated`` subclass of the run's one termination every time.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import InitVar, dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn, final
+
+from ._boundary import Boundary
+from ._budget import Budget, BudgetLimits
+from ._cancellation import Cancellation, CancellationReason
+from ._clock import Clock, Deadline, SystemClock
+from ._errors import (
+    BudgetExhausted,
+    InvalidRunIdentity,
+    RunCancelled,
+    RunFinished,
+    RunTerminated,
+    RunTimedOut,
+)
+from ._generated.tables import LifecycleEvent, RunState
+from ._lifecycle import Lifecycle
+from ._retry_policy import RetryPolicies
+from ._scope import RunScope
+from ._validate import non_blank_str, non_negative_int, positive_int, seconds
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._cancellation import CallbackErrorHandler, CancellationCallback
+    from ._lifecycle import RunTermination
+
+__all__ = ["RunContext"]
+
+_CREATE_KEY = object()  # only RunContext.create holds it: the parts must belong to one run
+
+
+def _identity(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidRunIdentity(f"{name} must be a non-blank str, got {type(value).__name__}")
+    if not value.strip():
+        raise InvalidRunIdentity(f"{name} must not be blank or whitespace, got {value!r}")
+    return value
+
+
+@final
+@dataclass(frozen=True, slots=True, eq=False)
+class RunContext:
+    """Everything a diagnosis run's boundaries need, passed explicitly; build it with ``create``."""
+
+    session_id: str
+    run_id: str
+    deadline: Deadline
+    clock: Clock
+    cancellation: Cancellation
+    budget: Budget
+    retry_policies: RetryPolicies
+    lifecycle: Lifecycle
+    _key: InitVar[object] = None
+    # Cached for the gate's fast path; derived from the fields above, never reassigned.
+    _now: Callable[[], int] = field(init=False, repr=False)
+    _deadline_ns: int = field(init=False, repr=False)
+    _lock: threading.Lock = field(init=False, repr=False)
+
+    def __post_init__(self, _key: object) -> None:
+        if _key is not _CREATE_KEY:
+            raise TypeError("build a RunContext with RunContext.create(...)")
+        object.__setattr__(self, "_now", self.clock.monotonic_ns)
+        object.__setattr__(self, "_deadline_ns", self.deadline.instant_ns)
+        object.__setattr__(self, "_lock", self.lifecycle._lock)
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        session_id: str,
+        run_id: str,
+        limits: BudgetLimits,
+        deadline: Deadline | None = None,
+        timeout: float | None = None,
+        clock: Clock | None = None,
+        retry_policies: RetryPolicies | None = None,
+        on_callback_error: CallbackErrorHandler | None = None,
+    ) -> RunContext:
+        """Validate everything, then build one run's context.
+
+        Exactly one of ``deadline`` and ``timeout`` (seconds from now on ``clock``) is required.
+        Identity is checked first: a bad ID raises :class:`InvalidRunIdentity` before any budget,
+        cancellation or lifecycle object exists. ``on_callback_error(error, callback)`` receives
+        what a cancellation callback raised (default: logged).
+        """
+        session_id = _identity("session_id", session_id)
+        run_id = _identity("run_id", run_id)
+        if type(limits) is not BudgetLimits:
+            raise TypeError(f"limits must be BudgetLimits, got {limits!r}")
+        if clock is None:
+            clock = SystemClock()
+        elif not callable(getattr(clock, "monotonic_ns", None)):
+            raise TypeError(f"clock must have monotonic_ns() -> int, got {clock!r}")
+        if (deadline is None) == (timeout is None):
+            raise ValueError("give exactly one of deadline and timeout")
+        if deadline is None:
+            deadline = Deadline.after(clock, seconds("timeout", timeout))
+        elif type(deadline) is not Deadline:
+            raise TypeError(f"deadline must be a Deadline, got {deadline!r}")
+        if retry_policies is None:
+            retry_policies = RetryPolicies.defaults()
+        elif type(retry_policies) is not RetryPolicies:
+            raise TypeError(f"retry_policies must be RetryPolicies, got {retry_policies!r}")
+        cancellation = Cancellation(on_callback_error=on_callback_error, _lock=threading.Lock())
+        lifecycle = Lifecycle(clock=clock, cancellation=cancellation)
+        budget = Budget(limits, lock=lifecycle._lock)
+        return cls(
+            session_id,
+            run_id,
+            deadline,
+            clock,
+            cancellation,
+            budget,
+            retry_policies,
+            lifecycle,
+            _CREATE_KEY,
+        )
+
+    # -- the gate ---------------------------------------------------------------------------------
+
+    def check(self, boundary: Boundary) -> None:
+        """Pass if the run is live and before its deadline; else raise its ``RunTerminated``."""
+        if boundary.__class__ is not Boundary:
+            raise TypeError(f"boundary must be a Boundary, got {boundary!r}")
+        now = self._now()
+        if self.lifecycle._termination is None and now < self._deadline_ns:
+            return
+        self._reject(boundary, now, None, ())
+
+    def reserve_model_call(self) -> None:
+        """Check the MODEL boundary and reserve one Model call, atomically."""
+        self._reserve(Boundary.MODEL, self.budget._reserve_model_call_locked, ())
+
+    def reserve_tool_call(self, tool: str) -> None:
+        """Check the TOOL boundary and reserve one call of ``tool`` (total and per Tool)."""
+        non_blank_str("tool", tool)
+        self._reserve(Boundary.TOOL, self.budget._reserve_tool_call_locked, (tool,))
+
+    def reserve_bytes(self, n: int) -> None:
+        """Check the CAPACITY boundary and reserve ``n`` (> 0) bytes of the run's byte budget."""
+        positive_int("n", n)
+        self._reserve(Boundary.CAPACITY, self.budget._reserve_bytes_locked, (n,))
+
+    def record_token_usage(self, *, input_tokens: int, output_tokens: int) -> None:
+        """Record a completed Model response's actual usage, as reported, even past a limit.
+
+        Past a limit the run becomes ``BUDGET_EXHAUSTED`` (unless already over) and the next
+        controlled operation is rejected; this call itself does not raise for it.
+        """
+        non_negative_int("input_tokens", input_tokens)
+        non_negative_int("output_tokens", output_tokens)
+        now = self._now()
+        with self._lock:
+            refusal = self.budget._record_token_usage_locked(input_tokens, output_tokens)
+            pending = None
+            if refusal is not None:
+                _, pending = self.lifecycle._end_locked(LifecycleEvent.EXHAUST_BUDGET, refusal, now)
+        if pending:
+            self.cancellation._deliver(pending, CancellationReason.BUDGET_EXHAUSTED)
+
+    def scope(self) -> RunScope:
+        """``async with ctx.scope():`` -- the run's cancellation or deadline cancels this task."""
+        return RunScope(self)
+
+    # -- slow paths -------------------------------------------------------------------------------
+
+    def _reserve(
+        self, boundary: Boundary, reserve: Callable[..., str | None], args: tuple[Any, ...]
+    ) -> None:
+        now = self._now()
+        with self._lock:
+            if self.lifecycle._termination is None and now < self._deadline_ns:
+                refusal = reserve(*args)
+                if refusal is None:
+                    return
+            else:
+                refusal = None
+        self._reject(boundary, now, refusal, args)
+
+    def _reject(
+        self, boundary: Boundary, now: int, refusal: str | None, _args: tuple[Any, ...]
+    ) -> NoReturn:
+        """Record the outcome the caller observed (deadline or budget), then raise the run's."""
+        pending: list[CancellationCallback] | None = None
+        signal = CancellationReason.DEADLINE_EXCEEDED
+        with self._lock:
+            if self.lifecycle._termination is None:
+                if refusal is not None:
+                    event, reason = LifecycleEvent.EXHAUST_BUDGET, refusal
+                    signal = CancellationReason.BUDGET_EXHAUSTED
+                else:
+                    event = LifecycleEvent.TIME_OUT
+                    reason = (
+                        f"deadline exceeded at the {boundary.name} boundary "
+                        f"(now {now} ns >= deadline {self._deadline_ns} ns)"
+                    )
+                _, pending = self.lifecycle._end_locked(event, reason, now)
+            termination = self.lifecycle._termination
+            assert termination is not None
+        if pending:
+            self.cancellation._deliver(pending, signal)
+        raise self._error(termination, boundary)
+
+    def _error(self, termination: RunTermination, boundary: Boundary | None) -> RunTerminated:
+        state = termination.state
+        if state is RunState.TIMED_OUT:
+            return RunTimedOut(termination, boundary)
+        if state is RunState.CANCELLED:
+            return RunCancelled(termination, boundary)
+        if state is RunState.BUDGET_EXHAUSTED:
+            return BudgetExhausted(termination, boundary, dimension=self.budget.exhausted)
+        return RunFinished(termination, boundary)
+
+    def __repr__(self) -> str:
+        return (
+            f"RunContext(session_id={self.session_id!r}, run_id={self.run_id!r}, "
+            f"state={self.lifecycle.state.name})"
+        )

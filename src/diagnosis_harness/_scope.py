@@ -1,0 +1,122 @@
+"""``async with ctx.scope():`` -- bind a run to the asyncio task running the block.
+
+The way ``asyncio.timeout`` turns its deadline into the cancellation of the current task, a scope
+turns the run's end -- a cancellation from any thread, or its deadline even when no boundary is
+reached -- into the cancellation of the task, and the block then raises the run's
+``RunCancelled`` / ``RunTimedOut`` (the ``RunTerminated`` of its termination) from the task's
+``CancelledError``. A cancellation of the task from anywhere else passes through untouched.
+
+The deadline is watched with a loop timer that re-reads the run's clock when it fires, so the
+clock stays the only authority: with a :class:`ManualClock` the timer finds time has not moved
+and waits again, and the deadline is observed at the next boundary or ``ctx.check``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from typing import TYPE_CHECKING, final
+
+from ._boundary import Boundary
+from ._errors import RunTerminated
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from ._cancellation import CancellationReason, Registration
+    from ._context import RunContext
+
+__all__ = ["RunScope"]
+
+_MIN_REARM_S = 0.001  # never spin: re-arm at least a millisecond later
+
+
+@final
+class RunScope:
+    """The async context manager ``ctx.scope()`` returns; enter it once."""
+
+    __slots__ = (
+        "_cancel_requested",
+        "_ctx",
+        "_entered",
+        "_loop",
+        "_registration",
+        "_task",
+        "_timer",
+    )
+
+    def __init__(self, ctx: RunContext) -> None:
+        self._ctx = ctx
+        self._entered = False
+        self._cancel_requested = False
+        self._task: asyncio.Task[object] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._registration: Registration | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    async def __aenter__(self) -> RunScope:
+        if self._entered:
+            raise RuntimeError("a RunScope can be entered only once; call ctx.scope() again")
+        self._entered = True
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("ctx.scope() must be used inside an asyncio task")
+        self._task = task
+        self._loop = asyncio.get_running_loop()
+        # Raises at once if the run is already over: the block never starts.
+        self._ctx.check(Boundary.GUARD)
+        self._registration = self._ctx.cancellation.register(self._on_cancel)
+        self._arm()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._registration is not None:
+            self._registration.unregister()
+        if self._timer is not None:
+            self._timer.cancel()
+        if not self._cancel_requested or exc_type is not asyncio.CancelledError:
+            return
+        task = self._task
+        assert task is not None
+        if sys.version_info >= (3, 11) and task.uncancel() > 0:
+            return  # someone else cancelled the task too: theirs passes through
+        termination = self._ctx.lifecycle.termination
+        assert termination is not None  # we requested the cancellation only for an ended run
+        raise self._ctx._error(termination, None) from exc
+
+    # -- callbacks, on the loop's thread or any other --------------------------------------------
+
+    def _on_cancel(self, _reason: CancellationReason) -> None:
+        loop = self._loop
+        assert loop is not None
+        # A closed loop raises RuntimeError: there is no task left to cancel.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._cancel_task)
+
+    def _cancel_task(self) -> None:
+        task = self._task
+        if task is None or task.done() or self._cancel_requested:
+            return
+        self._cancel_requested = True
+        task.cancel("diagnosis run ended")
+
+    def _arm(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        remaining_ns = self._ctx.deadline.remaining_ns(self._ctx.clock)
+        delay = max(remaining_ns / 1e9, _MIN_REARM_S)
+        self._timer = loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        try:
+            self._ctx.check(Boundary.GUARD)  # records TIMED_OUT if the clock says so
+        except RunTerminated:
+            self._cancel_task()  # the cancellation callback will also ask; asking twice is a no-op
+            return
+        self._arm()
