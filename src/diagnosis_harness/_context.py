@@ -212,8 +212,8 @@ class RunContext:
                 else:
                     event = LifecycleEvent.TIME_OUT
                     reason = (
-                        f"deadline exceeded at the {boundary.name} boundary "
-                        f"(now {now} ns >= deadline {self._deadline_ns} ns)"
+                        f"deadline exceeded: now {now} ns >= deadline {self._deadline_ns} ns, "
+                        f"first seen at the {boundary.name} boundary"
                     )
                 _, pending = self.lifecycle._end_locked(event, reason, now)
             termination = self.lifecycle._termination

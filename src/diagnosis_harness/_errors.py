@@ -66,8 +66,8 @@ class RunTerminated(HarnessError):
     def __init__(self, termination: RunTermination, boundary: Boundary | None = None) -> None:
         self.termination = termination
         self.boundary = boundary
-        where = f" at the {boundary.name} boundary" if boundary is not None else ""
-        super().__init__(f"run is {termination.state.name}{where}: {termination.reason}")
+        where = f"{boundary.name} boundary refused: " if boundary is not None else ""
+        super().__init__(f"{where}run is {termination.state.name} ({termination.reason})")
 
 
 @final
