@@ -30,4 +30,5 @@ settings.register_profile(
     stateful_step_count=150,
     database=DirectoryBasedExampleDatabase(".hypothesis/deep"),
 )
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
+_default = "ci" if os.environ.get("CI") else "dev"
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or _default)

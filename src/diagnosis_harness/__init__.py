@@ -38,6 +38,15 @@ from ._failure import FailureKind
 from ._generated.tables import RunState
 from ._keys import ToolCallKeyFactory
 from ._lifecycle import FinishResult, Lifecycle, RunTermination
+from ._retry import (
+    AttemptOutcome,
+    AttemptRecord,
+    Backoff,
+    Classifier,
+    ExecutionRecord,
+    HarnessRetryExecutor,
+    StopReason,
+)
 from ._retry_policy import RetryPolicies, RetryPolicy
 from ._scope import RunScope
 
@@ -47,6 +56,9 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree wi
     from ._version import __version__
 
 __all__ = [
+    "AttemptOutcome",
+    "AttemptRecord",
+    "Backoff",
     "Boundary",
     "Budget",
     "BudgetDimension",
@@ -57,12 +69,15 @@ __all__ = [
     "Cancellation",
     "CancellationCallback",
     "CancellationReason",
+    "Classifier",
     "Clock",
     "Deadline",
+    "ExecutionRecord",
     "FailureKind",
     "FinishResult",
     "HarnessError",
     "HarnessFailure",
+    "HarnessRetryExecutor",
     "IllegalTransition",
     "InvalidRunIdentity",
     "Lifecycle",
@@ -79,6 +94,7 @@ __all__ = [
     "RunTerminated",
     "RunTermination",
     "RunTimedOut",
+    "StopReason",
     "SystemClock",
     "ToolCallKeyFactory",
     "UnsafeKeySegment",

@@ -42,7 +42,9 @@ def run_demo() -> int:
             say(f"  call {step}: refused before the Tool ran -> {type(ended).__name__}: {ended}")
             break
         clock.advance(1.2)
-        say(f"  call {step}: {tool.name} -> {result!r}; clock at {clock.monotonic_ns() / 1e9:.1f} s")
+        say(
+            f"  call {step}: {tool.name} -> {result!r}; clock at {clock.monotonic_ns() / 1e9:.1f} s"
+        )
     termination = ctx.lifecycle.termination
     assert termination is not None
     say(f"terminal outcome: {termination.state.name} at {termination.at_ns / 1e9:.1f} s")

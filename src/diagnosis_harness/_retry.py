@@ -1,0 +1,365 @@
+"""``HarnessRetryExecutor``: typed, bounded retries that record every actual attempt.
+
+Theory of operation. One ``execute`` walks one instance of the generated retry table
+(``model/retry.toml``): the gate ``ctx.check(Boundary.RETRY)`` before every attempt (``attempt`` or
+``stop``), the attempt, then ``succeed`` or ``fail`` with the guard ``retry_allowed`` -- the
+failure's kind is retryable under the policy and attempts remain. Each actual invocation of the
+operation becomes one :class:`AttemptRecord`; each execution one :class:`ExecutionRecord` that
+also says why the loop stopped. A run that is over at the gate stops the loop: the gate's
+``RunTerminated`` propagates and the operation is not invoked again.
+
+What is never a failure to retry: ``RunTerminated`` (its kind is recorded, it is re-raised), and
+``BaseException``s that are not ``Exception`` -- ``asyncio.CancelledError``, ``KeyboardInterrupt``,
+``SystemExit`` -- which are recorded as ``INTERRUPTED`` and propagate at once. Unclassified
+exceptions are ``UNKNOWN`` and never retried: nobody knows that asking again is safe.
+
+On final failure the operation's own exception is re-raised, with the execution record attached as
+``error.harness_execution`` (and as a note on Python 3.11+), never hidden in a wrapper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import math
+import random
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, ParamSpec, TypeVar, final
+
+from ._boundary import Boundary
+from ._context import RunContext
+from ._errors import BudgetExhausted, HarnessFailure, RunTerminated, RunTimedOut
+from ._failure import FailureKind
+from ._generated.tables import RETRY, RetryEvent, RetryState
+from ._machine import TableMachine
+from ._retry_policy import RetryPolicy
+
+if TYPE_CHECKING:
+    from ._lifecycle import RunTermination
+
+__all__ = [
+    "AttemptOutcome",
+    "AttemptRecord",
+    "Backoff",
+    "Classifier",
+    "ExecutionRecord",
+    "HarnessRetryExecutor",
+    "StopReason",
+]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+Classifier = Callable[[Exception], "FailureKind | None"]
+"""Maps an SDK's exception to a :class:`FailureKind`; ``None`` means "not mine" (UNKNOWN)."""
+
+_ALLOWED = MappingProxyType({"retry_allowed": True})
+_REFUSED = MappingProxyType({"retry_allowed": False})
+_NS_PER_SECOND = 1_000_000_000
+
+
+class AttemptOutcome(enum.Enum):
+    """How one actual invocation of the operation ended."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    """A ``BaseException`` that is not an ``Exception`` (task cancelled, Ctrl-C, exit) ended it."""
+
+
+class StopReason(enum.Enum):
+    """Why an execution's loop stopped."""
+
+    SUCCEEDED = "succeeded"
+    NOT_RETRYABLE = "not_retryable"
+    """The failure's kind is not in the policy's retryable kinds."""
+    ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+    """A retryable failure on the policy's last permitted attempt."""
+    RUN_TERMINATED = "run_terminated"
+    """The gate before an attempt found the run over; the operation was not invoked again."""
+    INTERRUPTED = "interrupted"
+    """The operation raised a ``BaseException`` that is not an ``Exception``."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One actual invocation: numbered from 1, with the run clock's timestamps."""
+
+    policy: str
+    number: int
+    outcome: AttemptOutcome
+    failure: FailureKind | None
+    started_ns: int
+    ended_ns: int
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ExecutionRecord:
+    """One ``execute``: its attempts, why it stopped, and the run's termination if that was why."""
+
+    policy: str
+    attempts: tuple[AttemptRecord, ...]
+    stop: StopReason
+    state: RetryState
+    termination: RunTermination | None = None
+
+    def describe(self) -> str:
+        parts = [
+            f"attempt {a.number} {a.outcome.value}"
+            + (f" ({a.failure.name})" if a.failure is not None else "")
+            for a in self.attempts
+        ]
+        attempts = "; ".join(parts) or "no attempt"
+        return f"harness retry [{self.policy}]: {attempts}; stop: {self.stop.name}"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Backoff:
+    """Delay before retry ``n`` (from 1): ``min(maximum, initial * multiplier ** (n - 1))``.
+
+    ``jitter`` in [0, 1] subtracts a random fraction of up to that share. The wait never passes the
+    run's deadline and ends at once on cancellation; a zero delay makes no wait call at all.
+    """
+
+    initial: float = 0.0
+    multiplier: float = 2.0
+    maximum: float = 30.0
+    jitter: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("initial", "multiplier", "maximum", "jitter"):
+            value = getattr(self, name)
+            if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if self.multiplier < 1:
+            raise ValueError(f"multiplier must be >= 1, got {self.multiplier!r}")
+        if self.jitter > 1:
+            raise ValueError(f"jitter must be within [0, 1], got {self.jitter!r}")
+
+    def delay(self, retry: int) -> float:
+        base = min(self.maximum, self.initial * self.multiplier ** (retry - 1))
+        if self.jitter and base:
+            base -= base * self.jitter * random.random()
+        return base
+
+
+def _kind_of_termination(error: RunTerminated) -> FailureKind:
+    """RunTimedOut and BudgetExhausted have their kinds; a cancelled or finished run CANCELLED."""
+    if isinstance(error, RunTimedOut):
+        return FailureKind.DEADLINE_EXCEEDED
+    if isinstance(error, BudgetExhausted):
+        return FailureKind.BUDGET_EXHAUSTED
+    return FailureKind.CANCELLED
+
+
+def _attach(error: BaseException, record: ExecutionRecord) -> None:
+    """Attach the history to the operation's own exception, without wrapping it."""
+    # An exception class with __slots__ and no __dict__ refuses the attribute; the note remains.
+    with contextlib.suppress(AttributeError):
+        error.harness_execution = record  # type: ignore[attr-defined]  # documented extra attribute
+    if sys.version_info >= (3, 11):
+        error.add_note(record.describe())
+
+
+def _pause(ctx: RunContext, seconds: float) -> None:
+    """Wait ``seconds``, never past the run's deadline, ending at once on cancellation."""
+    remaining = ctx.deadline.remaining_ns(ctx.clock) / _NS_PER_SECOND
+    ctx.cancellation.wait(min(seconds, remaining))
+
+
+async def _pause_async(ctx: RunContext, seconds: float) -> None:
+    remaining = ctx.deadline.remaining_ns(ctx.clock) / _NS_PER_SECOND
+    # The wait ends either way: cancellation (the next gate raises) or the delay passed.
+    with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+        await asyncio.wait_for(ctx.cancellation.wait_async(), min(seconds, remaining))
+
+
+@final
+class _Execution:
+    """The state of one ``execute``: confined to the calling thread or task, so unlocked."""
+
+    __slots__ = ("attempts", "machine", "number", "owner", "policy", "started_ns")
+
+    def __init__(self, owner: HarnessRetryExecutor, policy: RetryPolicy) -> None:
+        self.owner = owner
+        self.policy = policy
+        self.machine: TableMachine[RetryState, RetryEvent] = TableMachine(RETRY)
+        self.attempts: list[AttemptRecord] = []
+        self.number = 0
+        self.started_ns = 0
+
+    def gate(self) -> None:
+        """``ctx.check(Boundary.RETRY)``; a run that is over stops the loop here."""
+        try:
+            self.owner._ctx.check(Boundary.RETRY)
+        except RunTerminated as stopped:
+            self.machine.fire_locked(RetryEvent.STOP)
+            record = self.finish(StopReason.RUN_TERMINATED, stopped.termination)
+            _attach(stopped, record)
+            raise
+        self.machine.fire_locked(RetryEvent.ATTEMPT)
+        self.number += 1
+        self.started_ns = self.owner._now()
+
+    def succeeded(self) -> None:
+        self.machine.fire_locked(RetryEvent.SUCCEED)
+        self.record(AttemptOutcome.SUCCEEDED, None)
+        self.finish(StopReason.SUCCEEDED)
+
+    def failed(self, error: BaseException) -> float | None:
+        """Record the failure; the delay before the next attempt, or None to re-raise ``error``."""
+        if not isinstance(error, Exception):
+            self.machine.fire_locked(RetryEvent.FAIL, _REFUSED)
+            self.record(AttemptOutcome.INTERRUPTED, None)
+            _attach(error, self.finish(StopReason.INTERRUPTED))
+            return None
+        kind = self.owner._classify(error)
+        policy = self.policy
+        allowed = policy.may_retry(kind, self.number)
+        self.machine.fire_locked(RetryEvent.FAIL, _ALLOWED if allowed else _REFUSED)
+        self.record(AttemptOutcome.FAILED, kind)
+        if allowed:
+            backoff = self.owner._backoff
+            return 0.0 if backoff is None else backoff.delay(self.number)
+        stop = (
+            StopReason.ATTEMPTS_EXHAUSTED if kind in policy.retryable else StopReason.NOT_RETRYABLE
+        )
+        _attach(error, self.finish(stop))
+        return None
+
+    def record(self, outcome: AttemptOutcome, failure: FailureKind | None) -> None:
+        self.attempts.append(
+            AttemptRecord(
+                self.policy.name, self.number, outcome, failure, self.started_ns, self.owner._now()
+            )
+        )
+
+    def finish(
+        self, stop: StopReason, termination: RunTermination | None = None
+    ) -> ExecutionRecord:
+        record = ExecutionRecord(
+            self.policy.name, tuple(self.attempts), stop, self.machine.state, termination
+        )
+        self.owner._store(record)
+        return record
+
+
+@final
+class HarnessRetryExecutor:
+    """Runs operations under a :class:`RetryPolicy` for one run; the only place retries happen.
+
+    ``classifier`` maps your SDK's exceptions to kinds (see ``diagnosis_harness.integrations``);
+    ``backoff`` spaces retries (none by default). Thread-safe: records are appended under a lock.
+    """
+
+    __slots__ = ("_attempts", "_backoff", "_classifier", "_ctx", "_executions", "_lock", "_now")
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        *,
+        classifier: Classifier | None = None,
+        backoff: Backoff | None = None,
+    ) -> None:
+        if type(ctx) is not RunContext:
+            raise TypeError(f"ctx must be a RunContext, got {ctx!r}")
+        if classifier is not None and not callable(classifier):
+            raise TypeError(f"classifier must be callable, got {classifier!r}")
+        if backoff is not None and type(backoff) is not Backoff:
+            raise TypeError(f"backoff must be a Backoff, got {backoff!r}")
+        self._ctx = ctx
+        self._now = ctx.clock.monotonic_ns
+        self._classifier = classifier
+        self._backoff = backoff
+        self._lock = threading.Lock()  # protects _attempts and _executions
+        self._attempts: list[AttemptRecord] = []
+        self._executions: list[ExecutionRecord] = []
+
+    @property
+    def attempts(self) -> tuple[AttemptRecord, ...]:
+        """Every actual attempt of every execution, in order."""
+        with self._lock:
+            return tuple(self._attempts)
+
+    @property
+    def executions(self) -> tuple[ExecutionRecord, ...]:
+        with self._lock:
+            return tuple(self._executions)
+
+    def execute(
+        self, policy: RetryPolicy | str, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """Call ``fn(*args, **kwargs)`` under ``policy`` (or the run's policy of that name)."""
+        execution = _Execution(self, self._policy(policy))
+        while True:
+            execution.gate()
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as error:
+                delay = execution.failed(error)
+                if delay is None:
+                    raise
+                if delay > 0:
+                    _pause(self._ctx, delay)
+                continue
+            execution.succeeded()
+            return result
+
+    async def execute_async(
+        self,
+        policy: RetryPolicy | str,
+        fn: Callable[P, Awaitable[T]],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """``await fn(*args, **kwargs)`` under ``policy``; waits between attempts do not block."""
+        execution = _Execution(self, self._policy(policy))
+        while True:
+            execution.gate()
+            try:
+                result = await fn(*args, **kwargs)
+            except BaseException as error:
+                delay = execution.failed(error)
+                if delay is None:
+                    raise
+                if delay > 0:
+                    await _pause_async(self._ctx, delay)
+                continue
+            execution.succeeded()
+            return result
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _policy(self, policy: RetryPolicy | str) -> RetryPolicy:
+        if type(policy) is RetryPolicy:
+            return policy
+        if isinstance(policy, str):
+            return self._ctx.retry_policies[policy]
+        raise TypeError(f"policy must be a RetryPolicy or a policy name, got {policy!r}")
+
+    def _classify(self, error: Exception) -> FailureKind:
+        if isinstance(error, RunTerminated):
+            return _kind_of_termination(error)
+        if isinstance(error, HarnessFailure):
+            return error.kind
+        if self._classifier is not None:
+            kind = self._classifier(error)
+            if kind is not None:
+                if type(kind) is not FailureKind:
+                    raise TypeError(f"classifier returned {kind!r}, not a FailureKind or None")
+                return kind
+        return FailureKind.UNKNOWN
+
+    def _store(self, record: ExecutionRecord) -> None:
+        with self._lock:
+            self._executions.append(record)
+            self._attempts.extend(record.attempts)
