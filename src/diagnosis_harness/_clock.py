@@ -34,8 +34,8 @@ class SystemClock:
 
     __slots__ = ()
 
-    def monotonic_ns(self) -> int:
-        return time.monotonic_ns()
+    # The builtin itself, not a wrapper: the gate's fast path calls it on every boundary.
+    monotonic_ns = staticmethod(time.monotonic_ns)
 
     def __repr__(self) -> str:
         return "SystemClock()"

@@ -138,3 +138,21 @@ class TableMachine(Generic[S, E]):
             event.value,
             detail=f"no row matches guards {dict(guards)}",
         )
+
+
+def transition_index(table: MachineTable[S, E]) -> Mapping[tuple[S, E, bool | None], S]:
+    """``(state, event, guard value or None) -> target`` for a machine confined to one call.
+
+    A walk that lives in one function's locals (one retry execution) needs neither an instance
+    nor a lock: a lookup in this frozen index is the whole transition. A missing key is a
+    transition the table does not have. Tables with more than one guard per row group cannot be
+    indexed this way and are refused.
+    """
+    index: dict[tuple[S, E, bool | None], S] = {}
+    for (source, event), rows in table.transitions.items():
+        guards = {row.guard for row in rows}
+        if len(guards) > 1:
+            raise ValueError(f"{table.name}: ({source.name}, {event.value}) mixes guards {guards}")
+        for row in rows:
+            index[source, event, None if row.guard is None else row.expect] = row.target
+    return MappingProxyType(index)

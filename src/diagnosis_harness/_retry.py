@@ -28,7 +28,6 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import TYPE_CHECKING, ParamSpec, TypeVar, final
 
 from ._boundary import Boundary
@@ -36,7 +35,7 @@ from ._context import RunContext
 from ._errors import BudgetExhausted, HarnessFailure, RunTerminated, RunTimedOut
 from ._failure import FailureKind
 from ._generated.tables import RETRY, RetryEvent, RetryState
-from ._machine import TableMachine
+from ._machine import transition_index
 from ._retry_policy import RetryPolicy
 
 if TYPE_CHECKING:
@@ -58,8 +57,17 @@ T = TypeVar("T")
 Classifier = Callable[[Exception], "FailureKind | None"]
 """Maps an SDK's exception to a :class:`FailureKind`; ``None`` means "not mine" (UNKNOWN)."""
 
-_ALLOWED = MappingProxyType({"retry_allowed": True})
-_REFUSED = MappingProxyType({"retry_allowed": False})
+# The retry table as a frozen index: an execution's state lives in its own frame, unlocked.
+_NEXT = transition_index(RETRY)
+_INITIAL = RETRY.initial
+_ATTEMPTING = RetryState.ATTEMPTING
+_AWAITING = _NEXT[_ATTEMPTING, RetryEvent.FAIL, True]
+_ATTEMPT, _STOP, _SUCCEED, _FAIL = (
+    RetryEvent.ATTEMPT,
+    RetryEvent.STOP,
+    RetryEvent.SUCCEED,
+    RetryEvent.FAIL,
+)
 _NS_PER_SECOND = 1_000_000_000
 
 
@@ -70,6 +78,9 @@ class AttemptOutcome(enum.Enum):
     FAILED = "failed"
     INTERRUPTED = "interrupted"
     """A ``BaseException`` that is not an ``Exception`` (task cancelled, Ctrl-C, exit) ended it."""
+
+
+_SUCCEEDED = AttemptOutcome.SUCCEEDED
 
 
 class StopReason(enum.Enum):
@@ -84,6 +95,9 @@ class StopReason(enum.Enum):
     """The gate before an attempt found the run over; the operation was not invoked again."""
     INTERRUPTED = "interrupted"
     """The operation raised a ``BaseException`` that is not an ``Exception``."""
+
+
+_STOP_SUCCEEDED = StopReason.SUCCEEDED
 
 
 @final
@@ -118,6 +132,17 @@ class ExecutionRecord:
         ]
         attempts = "; ".join(parts) or "no attempt"
         return f"harness retry [{self.policy}]: {attempts}; stop: {self.stop.name}"
+
+
+# (number, outcome, failure, started_ns, ended_ns) and (policy, attempts, stop, state, termination)
+_RawAttempt = tuple[int, AttemptOutcome, "FailureKind | None", int, int]
+_RawExecution = tuple[str, list[_RawAttempt], StopReason, RetryState, "RunTermination | None"]
+
+
+def _materialize(raw: _RawExecution) -> ExecutionRecord:
+    policy, attempts, stop, state, termination = raw
+    records = tuple(AttemptRecord(policy, *attempt) for attempt in attempts)
+    return ExecutionRecord(policy, records, stop, state, termination)
 
 
 @final
@@ -183,76 +208,6 @@ async def _pause_async(ctx: RunContext, seconds: float) -> None:
 
 
 @final
-class _Execution:
-    """The state of one ``execute``: confined to the calling thread or task, so unlocked."""
-
-    __slots__ = ("attempts", "machine", "number", "owner", "policy", "started_ns")
-
-    def __init__(self, owner: HarnessRetryExecutor, policy: RetryPolicy) -> None:
-        self.owner = owner
-        self.policy = policy
-        self.machine: TableMachine[RetryState, RetryEvent] = TableMachine(RETRY)
-        self.attempts: list[AttemptRecord] = []
-        self.number = 0
-        self.started_ns = 0
-
-    def gate(self) -> None:
-        """``ctx.check(Boundary.RETRY)``; a run that is over stops the loop here."""
-        try:
-            self.owner._ctx.check(Boundary.RETRY)
-        except RunTerminated as stopped:
-            self.machine.fire_locked(RetryEvent.STOP)
-            record = self.finish(StopReason.RUN_TERMINATED, stopped.termination)
-            _attach(stopped, record)
-            raise
-        self.machine.fire_locked(RetryEvent.ATTEMPT)
-        self.number += 1
-        self.started_ns = self.owner._now()
-
-    def succeeded(self) -> None:
-        self.machine.fire_locked(RetryEvent.SUCCEED)
-        self.record(AttemptOutcome.SUCCEEDED, None)
-        self.finish(StopReason.SUCCEEDED)
-
-    def failed(self, error: BaseException) -> float | None:
-        """Record the failure; the delay before the next attempt, or None to re-raise ``error``."""
-        if not isinstance(error, Exception):
-            self.machine.fire_locked(RetryEvent.FAIL, _REFUSED)
-            self.record(AttemptOutcome.INTERRUPTED, None)
-            _attach(error, self.finish(StopReason.INTERRUPTED))
-            return None
-        kind = self.owner._classify(error)
-        policy = self.policy
-        allowed = policy.may_retry(kind, self.number)
-        self.machine.fire_locked(RetryEvent.FAIL, _ALLOWED if allowed else _REFUSED)
-        self.record(AttemptOutcome.FAILED, kind)
-        if allowed:
-            backoff = self.owner._backoff
-            return 0.0 if backoff is None else backoff.delay(self.number)
-        stop = (
-            StopReason.ATTEMPTS_EXHAUSTED if kind in policy.retryable else StopReason.NOT_RETRYABLE
-        )
-        _attach(error, self.finish(stop))
-        return None
-
-    def record(self, outcome: AttemptOutcome, failure: FailureKind | None) -> None:
-        self.attempts.append(
-            AttemptRecord(
-                self.policy.name, self.number, outcome, failure, self.started_ns, self.owner._now()
-            )
-        )
-
-    def finish(
-        self, stop: StopReason, termination: RunTermination | None = None
-    ) -> ExecutionRecord:
-        record = ExecutionRecord(
-            self.policy.name, tuple(self.attempts), stop, self.machine.state, termination
-        )
-        self.owner._store(record)
-        return record
-
-
-@final
 class HarnessRetryExecutor:
     """Runs operations under a :class:`RetryPolicy` for one run; the only place retries happen.
 
@@ -260,7 +215,15 @@ class HarnessRetryExecutor:
     ``backoff`` spaces retries (none by default). Thread-safe: records are appended under a lock.
     """
 
-    __slots__ = ("_attempts", "_backoff", "_classifier", "_ctx", "_executions", "_lock", "_now")
+    __slots__ = (
+        "_backoff",
+        "_classifier",
+        "_ctx",
+        "_executions",
+        "_lock",
+        "_now",
+        "_raw",
+    )
 
     def __init__(
         self,
@@ -279,38 +242,60 @@ class HarnessRetryExecutor:
         self._now = ctx.clock.monotonic_ns
         self._classifier = classifier
         self._backoff = backoff
-        self._lock = threading.Lock()  # protects _attempts and _executions
-        self._attempts: list[AttemptRecord] = []
+        # _lock protects _raw and _executions. Executions are stored raw (plain tuples) on the hot
+        # path and turned into ExecutionRecords when read: a frozen dataclass costs ~1 us to build.
+        self._lock = threading.Lock()
+        self._raw: list[_RawExecution] = []
         self._executions: list[ExecutionRecord] = []
 
     @property
     def attempts(self) -> tuple[AttemptRecord, ...]:
         """Every actual attempt of every execution, in order."""
-        with self._lock:
-            return tuple(self._attempts)
+        return tuple(a for e in self.executions for a in e.attempts)
 
     @property
     def executions(self) -> tuple[ExecutionRecord, ...]:
+        """Every execution, in the order they ended."""
         with self._lock:
+            raw, self._raw = self._raw, []
+            self._executions.extend(_materialize(r) for r in raw)
             return tuple(self._executions)
 
     def execute(
         self, policy: RetryPolicy | str, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
     ) -> T:
-        """Call ``fn(*args, **kwargs)`` under ``policy`` (or the run's policy of that name)."""
-        execution = _Execution(self, self._policy(policy))
+        """Call ``fn(*args, **kwargs)`` under ``policy`` (or the run's policy of that name).
+
+        Returns the first successful attempt's result; re-raises the last attempt's own exception
+        or the gate's ``RunTerminated``.
+        """
+        if type(policy) is not RetryPolicy:
+            policy = self._policy(policy)
+        ctx, now = self._ctx, self._now
+        state = _INITIAL
+        attempts: list[_RawAttempt] = []
         while True:
-            execution.gate()
+            try:
+                ctx.check(Boundary.RETRY)
+            except RunTerminated as stopped:
+                self._stopped(policy, attempts, _NEXT[state, _STOP, None], stopped)
+                raise
+            state = _NEXT[state, _ATTEMPT, None]
+            started = now()
             try:
                 result = fn(*args, **kwargs)
             except BaseException as error:
-                delay = execution.failed(error)
+                delay = self._failed(policy, attempts, started, error)
                 if delay is None:
                     raise
+                state = _AWAITING
                 if delay > 0:
-                    _pause(self._ctx, delay)
+                    _pause(ctx, delay)
                 continue
-            execution.succeeded()
+            attempts.append((len(attempts) + 1, _SUCCEEDED, None, started, now()))
+            done = (policy.name, attempts, _STOP_SUCCEEDED, _NEXT[state, _SUCCEED, None], None)
+            with self._lock:
+                self._raw.append(done)
             return result
 
     async def execute_async(
@@ -322,26 +307,79 @@ class HarnessRetryExecutor:
         **kwargs: P.kwargs,
     ) -> T:
         """``await fn(*args, **kwargs)`` under ``policy``; waits between attempts do not block."""
-        execution = _Execution(self, self._policy(policy))
+        if type(policy) is not RetryPolicy:
+            policy = self._policy(policy)
+        ctx, now = self._ctx, self._now
+        state = _INITIAL
+        attempts: list[_RawAttempt] = []
         while True:
-            execution.gate()
+            try:
+                ctx.check(Boundary.RETRY)
+            except RunTerminated as stopped:
+                self._stopped(policy, attempts, _NEXT[state, _STOP, None], stopped)
+                raise
+            state = _NEXT[state, _ATTEMPT, None]
+            started = now()
             try:
                 result = await fn(*args, **kwargs)
             except BaseException as error:
-                delay = execution.failed(error)
+                delay = self._failed(policy, attempts, started, error)
                 if delay is None:
                     raise
+                state = _AWAITING
                 if delay > 0:
-                    await _pause_async(self._ctx, delay)
+                    await _pause_async(ctx, delay)
                 continue
-            execution.succeeded()
+            attempts.append((len(attempts) + 1, _SUCCEEDED, None, started, now()))
+            done = (policy.name, attempts, _STOP_SUCCEEDED, _NEXT[state, _SUCCEED, None], None)
+            with self._lock:
+                self._raw.append(done)
             return result
 
     # -- helpers ----------------------------------------------------------------------------------
 
-    def _policy(self, policy: RetryPolicy | str) -> RetryPolicy:
-        if type(policy) is RetryPolicy:
-            return policy
+    def _failed(
+        self, policy: RetryPolicy, attempts: list[_RawAttempt], started: int, error: BaseException
+    ) -> float | None:
+        """Record a failed attempt; the delay before the next one, or None to re-raise ``error``."""
+        number = len(attempts) + 1
+        if not isinstance(error, Exception):  # CancelledError, KeyboardInterrupt, SystemExit
+            attempts.append((number, AttemptOutcome.INTERRUPTED, None, started, self._now()))
+            target = _NEXT[_ATTEMPTING, _FAIL, False]
+            _attach(
+                error, self._store((policy.name, attempts, StopReason.INTERRUPTED, target, None))
+            )
+            return None
+        kind = self._classify(error)
+        allowed = policy.may_retry(kind, number)
+        attempts.append((number, AttemptOutcome.FAILED, kind, started, self._now()))
+        target = _NEXT[_ATTEMPTING, _FAIL, allowed]
+        if allowed:
+            backoff = self._backoff
+            return 0.0 if backoff is None else backoff.delay(number)
+        stop = (
+            StopReason.ATTEMPTS_EXHAUSTED if kind in policy.retryable else StopReason.NOT_RETRYABLE
+        )
+        _attach(error, self._store((policy.name, attempts, stop, target, None)))
+        return None
+
+    def _stopped(
+        self,
+        policy: RetryPolicy,
+        attempts: list[_RawAttempt],
+        state: RetryState,
+        stopped: RunTerminated,
+    ) -> None:
+        raw = (policy.name, attempts, StopReason.RUN_TERMINATED, state, stopped.termination)
+        _attach(stopped, self._store(raw))
+
+    def _store(self, raw: _RawExecution) -> ExecutionRecord:
+        """Keep a failed or stopped execution and build its record now, to attach it."""
+        with self._lock:
+            self._raw.append(raw)
+        return _materialize(raw)
+
+    def _policy(self, policy: object) -> RetryPolicy:
         if isinstance(policy, str):
             return self._ctx.retry_policies[policy]
         raise TypeError(f"policy must be a RetryPolicy or a policy name, got {policy!r}")
@@ -358,8 +396,3 @@ class HarnessRetryExecutor:
                     raise TypeError(f"classifier returned {kind!r}, not a FailureKind or None")
                 return kind
         return FailureKind.UNKNOWN
-
-    def _store(self, record: ExecutionRecord) -> None:
-        with self._lock:
-            self._executions.append(record)
-            self._attempts.extend(record.attempts)
