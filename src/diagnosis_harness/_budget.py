@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Budget", "BudgetDimension", "BudgetLimits", "BudgetUsage"]
 
-_WITHIN = MappingProxyType({"within_limits": True})
-_OVER = MappingProxyType({"within_limits": False})
+_RESERVE = BudgetEvent.RESERVE
+_RECORD_USAGE = BudgetEvent.RECORD_USAGE
 
 
 class BudgetDimension(enum.Enum):
@@ -105,10 +105,14 @@ class Budget:
         "_limits",
         "_lock",
         "_machine",
+        "_model_call_limit",
         "_model_calls",
         "_output_tokens",
+        "_overrides",
         "_per_tool",
+        "_per_tool_limit",
         "_run_bytes",
+        "_tool_call_limit",
         "_tool_calls",
     )
 
@@ -116,6 +120,11 @@ class Budget:
         self._limits = limits
         self._lock = lock  # the run's lock: protects every counter and _machine
         self._machine = TableMachine(BUDGET, lock=lock)
+        # The limits the reservation paths read, as plain attributes (they never change).
+        self._model_call_limit = limits.model_calls
+        self._tool_call_limit = limits.tool_calls
+        self._per_tool_limit = limits.per_tool_calls
+        self._overrides = dict(limits.per_tool_overrides)
         self._model_calls = 0
         self._tool_calls = 0
         self._per_tool: dict[str, int] = {}
@@ -134,6 +143,7 @@ class Budget:
 
     @property
     def exhausted(self) -> BudgetDimension | None:
+        """The first limit that exhausted the budget, or ``None`` while ACTIVE."""
         return self._exhausted
 
     def snapshot(self) -> BudgetUsage:
@@ -150,56 +160,64 @@ class Budget:
             )
 
     # -- under the run lock ---------------------------------------------------------------------
-    # Each returns None when granted, else the reason the budget is (now) exhausted.
+    # Each returns None when granted, else the reason the budget is (now) exhausted. A budget that
+    # is already EXHAUSTED has ended the run (same lock), so RunContext never calls these then.
 
-    def _refuse_locked(self, dimension: BudgetDimension, detail: str) -> str:
-        """Fire the over-limit row (absorbed once EXHAUSTED) and describe the refusal."""
-        if self._machine.fire_locked(BudgetEvent.RESERVE, _OVER) is not None:
+    def _refuse_locked(self, event: BudgetEvent, dimension: BudgetDimension, detail: str) -> str:
+        """Take the over-limit row and describe the refusal."""
+        if self._machine.step_locked(event, False) is not None:
             self._exhausted = dimension
         return f"{dimension.value} limit {detail}"
 
     def _reserve_model_call_locked(self) -> str | None:
-        limit = self._limits.model_calls
-        if self._machine.state is BudgetState.EXHAUSTED or self._model_calls >= limit:
+        used = self._model_calls
+        if used >= self._model_call_limit:
             return self._refuse_locked(
+                _RESERVE,
                 BudgetDimension.MODEL_CALLS,
-                f"{limit} reached: Model call {self._model_calls + 1} refused",
+                f"{self._model_call_limit} reached: Model call {used + 1} refused",
             )
-        self._machine.fire_locked(BudgetEvent.RESERVE, _WITHIN)
-        self._model_calls += 1
+        self._machine.step_locked(_RESERVE, True)
+        self._model_calls = used + 1
         return None
 
     def _reserve_tool_call_locked(self, tool: str) -> str | None:
-        limits = self._limits
+        total = self._tool_calls
         used = self._per_tool.get(tool, 0)
-        per_tool = limits.per_tool_limit(tool)
-        if self._machine.state is BudgetState.EXHAUSTED:
-            return self._refuse_locked(BudgetDimension.TOOL_CALLS, "already reached")
-        if self._tool_calls >= limits.tool_calls:
+        if total >= self._tool_call_limit:
             return self._refuse_locked(
+                _RESERVE,
                 BudgetDimension.TOOL_CALLS,
-                f"{limits.tool_calls} reached: Tool call {self._tool_calls + 1} ({tool!r}) refused",
+                f"{self._tool_call_limit} reached: Tool call {total + 1} ({tool!r}) refused",
             )
-        if used >= per_tool:
+        limit = (
+            self._overrides.get(tool, self._per_tool_limit)
+            if self._overrides
+            else self._per_tool_limit
+        )
+        if used >= limit:
             return self._refuse_locked(
+                _RESERVE,
                 BudgetDimension.PER_TOOL_CALLS,
-                f"{per_tool} for Tool {tool!r} reached: call {used + 1} refused",
+                f"{limit} for Tool {tool!r} reached: call {used + 1} refused",
             )
-        self._machine.fire_locked(BudgetEvent.RESERVE, _WITHIN)
+        self._machine.step_locked(_RESERVE, True)
         # Both counters move together, after both checks: total == sum per Tool, always.
-        self._tool_calls += 1
+        self._tool_calls = total + 1
         self._per_tool[tool] = used + 1
         return None
 
     def _reserve_bytes_locked(self, n: int) -> str | None:
         limit = self._limits.run_bytes
-        if self._machine.state is BudgetState.EXHAUSTED or self._run_bytes + n > limit:
+        used = self._run_bytes
+        if used + n > limit:
             return self._refuse_locked(
+                _RESERVE,
                 BudgetDimension.RUN_BYTES,
-                f"{limit} reached: {n} more bytes refused ({self._run_bytes} used)",
+                f"{limit} reached: {n} more bytes refused ({used} used)",
             )
-        self._machine.fire_locked(BudgetEvent.RESERVE, _WITHIN)
-        self._run_bytes += n
+        self._machine.step_locked(_RESERVE, True)
+        self._run_bytes = used + n
         return None
 
     def _record_token_usage_locked(self, input_tokens: int, output_tokens: int) -> str | None:
@@ -208,20 +226,17 @@ class Budget:
         self._output_tokens += output_tokens
         limits = self._limits
         total = self._input_tokens + self._output_tokens
-        over = None
         if self._input_tokens > limits.input_tokens:
             over = (BudgetDimension.INPUT_TOKENS, limits.input_tokens, self._input_tokens)
         elif self._output_tokens > limits.output_tokens:
             over = (BudgetDimension.OUTPUT_TOKENS, limits.output_tokens, self._output_tokens)
         elif total > limits.total_tokens:
             over = (BudgetDimension.TOTAL_TOKENS, limits.total_tokens, total)
-        if over is None:
-            self._machine.fire_locked(BudgetEvent.RECORD_USAGE, _WITHIN)
+        else:
+            self._machine.step_locked(_RECORD_USAGE, True)
             return None
         dimension, limit, used = over
-        if self._machine.fire_locked(BudgetEvent.RECORD_USAGE, _OVER) is not None:
-            self._exhausted = dimension
-        return f"{dimension.value} limit {limit} exceeded: {used} used"
+        return self._refuse_locked(_RECORD_USAGE, dimension, f"{limit} exceeded: {used} used")
 
     def __repr__(self) -> str:
         return f"Budget(state={self.state.name}, exhausted={self._exhausted})"

@@ -103,7 +103,7 @@ class Cancellation:
         self._reason: CancellationReason | None = None
         self._callbacks: dict[int, CancellationCallback] = {}
         self._keys = itertools.count()
-        self._event = threading.Event()
+        self._event: threading.Event | None = None  # made by the first wait(): most runs never wait
         self._on_error = _log_callback_error if on_callback_error is None else on_callback_error
         # Called under the lock by the winning cancel(); the run's lifecycle records its outcome.
         self._on_cancel: Callable[[CancellationReason], None] | None = None
@@ -155,8 +155,15 @@ class Cancellation:
     def wait(self, timeout: float | None = None) -> bool:
         """Block this thread until cancelled or ``timeout`` seconds pass; True if cancelled."""
         if timeout is not None:
-            timeout = seconds("timeout", timeout)
-        return self._event.wait(timeout)
+            # Beyond TIMEOUT_MAX the platform's wait overflows; that long is "forever" anyway.
+            timeout = min(seconds("timeout", timeout), threading.TIMEOUT_MAX)
+        with self._lock:
+            if self._reason is not None:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     async def wait_async(self) -> CancellationReason:
         """Wait in asyncio until cancelled (from any thread); returns the first reason."""
@@ -191,7 +198,8 @@ class Cancellation:
         self._reason = reason
         pending = list(self._callbacks.values())
         self._callbacks.clear()
-        self._event.set()
+        if self._event is not None:
+            self._event.set()
         return pending
 
     def _deliver(self, pending: _Pending, reason: CancellationReason) -> None:

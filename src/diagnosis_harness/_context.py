@@ -47,6 +47,12 @@ if TYPE_CHECKING:
 
 __all__ = ["RunContext"]
 
+# What a run ending in each state signals; the callbacks are delivered after the lock is released.
+_SIGNAL = {
+    RunState.TIMED_OUT: CancellationReason.DEADLINE_EXCEEDED,
+    RunState.BUDGET_EXHAUSTED: CancellationReason.BUDGET_EXHAUSTED,
+}
+
 _CREATE_KEY = object()  # only RunContext.create holds it: the parts must belong to one run
 
 
@@ -146,7 +152,7 @@ class RunContext:
         now = self._now()
         if self.lifecycle._termination is None and now < self._deadline_ns:
             return
-        self._reject(boundary, now, None, ())
+        self._reject(boundary, now)
 
     def reserve_model_call(self) -> None:
         """Check the MODEL boundary and reserve one Model call, atomically."""
@@ -154,7 +160,9 @@ class RunContext:
 
     def reserve_tool_call(self, tool: str) -> None:
         """Check the TOOL boundary and reserve one call of ``tool`` (total and per Tool)."""
-        non_blank_str("tool", tool)
+        # A name already counted was validated when first seen: skip the strip() then.
+        if tool.__class__ is not str or (tool not in self.budget._per_tool and not tool.strip()):
+            non_blank_str("tool", tool)
         self._reserve(Boundary.TOOL, self.budget._reserve_tool_call_locked, (tool,))
 
     def reserve_bytes(self, n: int) -> None:
@@ -194,33 +202,40 @@ class RunContext:
                 refusal = reserve(*args)
                 if refusal is None:
                     return
+                # The refusal and the outcome it causes are one decision, under the same lock.
+                termination, pending = self._end_locked(boundary, now, refusal)
             else:
-                refusal = None
-        self._reject(boundary, now, refusal, args)
-
-    def _reject(
-        self, boundary: Boundary, now: int, refusal: str | None, _args: tuple[Any, ...]
-    ) -> NoReturn:
-        """Record the outcome the caller observed (deadline or budget), then raise the run's."""
-        pending: list[CancellationCallback] | None = None
-        signal = CancellationReason.DEADLINE_EXCEEDED
-        with self._lock:
-            if self.lifecycle._termination is None:
-                if refusal is not None:
-                    event, reason = LifecycleEvent.EXHAUST_BUDGET, refusal
-                    signal = CancellationReason.BUDGET_EXHAUSTED
-                else:
-                    event = LifecycleEvent.TIME_OUT
-                    reason = (
-                        f"deadline exceeded: now {now} ns >= deadline {self._deadline_ns} ns, "
-                        f"first seen at the {boundary.name} boundary"
-                    )
-                _, pending = self.lifecycle._end_locked(event, reason, now)
-            termination = self.lifecycle._termination
-            assert termination is not None
+                termination, pending = self._end_locked(boundary, now, None)
         if pending:
-            self.cancellation._deliver(pending, signal)
+            self.cancellation._deliver(pending, _SIGNAL[termination.state])
         raise self._error(termination, boundary)
+
+    def _reject(self, boundary: Boundary, now: int) -> NoReturn:
+        """The gate's slow path: record TIMED_OUT if first to see the deadline, then raise."""
+        with self._lock:
+            termination, pending = self._end_locked(boundary, now, None)
+        if pending:
+            self.cancellation._deliver(pending, _SIGNAL[termination.state])
+        raise self._error(termination, boundary)
+
+    def _end_locked(
+        self, boundary: Boundary, now: int, refusal: str | None
+    ) -> tuple[RunTermination, list[CancellationCallback] | None]:
+        """End a live run for the budget ``refusal``, else for the deadline; the run's outcome."""
+        lifecycle = self.lifecycle
+        pending = None
+        if lifecycle._termination is None:
+            if refusal is not None:
+                _, pending = lifecycle._end_locked(LifecycleEvent.EXHAUST_BUDGET, refusal, now)
+            elif now >= self._deadline_ns:
+                reason = (
+                    f"deadline exceeded: now {now} ns >= deadline {self._deadline_ns} ns, "
+                    f"first seen at the {boundary.name} boundary"
+                )
+                _, pending = lifecycle._end_locked(LifecycleEvent.TIME_OUT, reason, now)
+        termination = lifecycle._termination
+        assert termination is not None  # only an ended run or a passed deadline comes here
+        return termination, pending
 
     def _error(self, termination: RunTermination, boundary: Boundary | None) -> RunTerminated:
         state = termination.state

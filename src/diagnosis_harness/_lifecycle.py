@@ -114,7 +114,7 @@ class Lifecycle:
 
     def _end_locked(self, event: LifecycleEvent, reason: str, now_ns: int | None = None) -> _Ending:
         """Fire ``event``; the caller holds the run lock and delivers the returned callbacks."""
-        row = self._machine.fire_locked(event)
+        row = self._machine.step_locked(event)
         if row is None:
             termination = self._termination
             assert termination is not None  # terminal states are reached only through here

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import enum
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Generic, TypeVar, final
+from typing import TYPE_CHECKING, Generic, NoReturn, TypeVar, final
 
+from ._checkpoint import checkpoint
 from ._errors import IllegalTransition
 
 if TYPE_CHECKING:
@@ -62,6 +63,26 @@ class MachineTable(Generic[S, E]):
     guards: tuple[str, ...]
     rows: tuple[Row[S, E], ...]
     transitions: Mapping[tuple[S, E], tuple[Row[S, E], ...]]
+    # Derived once per table for the hot path (plain dicts: a mappingproxy's get() is slower).
+    # The generator allows at most `g` / `not g` of one guard per (state, event), so a row is
+    # found by (state, event, the guard's value or None for an unguarded row).
+    index: dict[tuple[S, E, bool | None], Row[S, E]] = field(init=False, repr=False, compare=False)
+    guard_of: dict[tuple[S, E], str | None] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        index: dict[tuple[S, E, bool | None], Row[S, E]] = {}
+        guard_of: dict[tuple[S, E], str | None] = {}
+        for (source, event), rows in self.transitions.items():
+            names = {row.guard for row in rows}
+            if len(names) != 1:
+                raise ValueError(
+                    f"{self.name}: ({source.name}, {event.value}) mixes guards {names}"
+                )
+            guard_of[source, event] = rows[0].guard
+            for row in rows:
+                index[source, event, None if row.guard is None else row.expect] = row
+        object.__setattr__(self, "index", index)
+        object.__setattr__(self, "guard_of", guard_of)
 
 
 @final
@@ -71,11 +92,12 @@ class TableMachine(Generic[S, E]):
     ``lock`` protects ``_state``. Pass a shared lock to decide several machines atomically.
     """
 
-    __slots__ = ("_state", "_table", "_terminal", "_transitions", "lock")
+    __slots__ = ("_guard_of", "_index", "_state", "_table", "_terminal", "lock")
 
     def __init__(self, table: MachineTable[S, E], *, lock: threading.Lock | None = None) -> None:
         self._table = table
-        self._transitions = table.transitions
+        self._index = table.index
+        self._guard_of = table.guard_of
         self._terminal = table.terminal
         self._state: S = table.initial
         self.lock = threading.Lock() if lock is None else lock
@@ -98,61 +120,50 @@ class TableMachine(Generic[S, E]):
             return self.fire_locked(event, guards)
 
     def fire_locked(self, event: E, guards: Mapping[str, bool] = NO_GUARDS) -> Row[S, E] | None:
-        """Apply ``event``; the caller holds :attr:`lock`.
+        """Apply ``event`` with the guards' values by name; the caller holds :attr:`lock`.
 
         Returns the row taken, or ``None`` when the machine is terminal (the event is absorbed).
         Raises :class:`IllegalTransition` (state unchanged) when no row applies.
         """
+        name = self._guard_of.get((self._state, event))
+        if name is None:
+            return self.step_locked(event)
+        try:
+            value = guards[name]
+        except KeyError:
+            raise IllegalTransition(
+                self._table.name,
+                self._state.name,
+                event.value,
+                detail=f"guard {name!r} was not evaluated",
+            ) from None
+        return self.step_locked(event, value)
+
+    def step_locked(self, event: E, guard: bool | None = None) -> Row[S, E] | None:
+        """:meth:`fire_locked` for callers that evaluated the one guard of (state, event) already.
+
+        ``guard`` is that guard's value, or ``None`` where the rows are unguarded.
+        """
         state = self._state
-        rows = self._transitions.get((state, event))
-        if rows is None:
+        row = self._index.get((state, event, guard))
+        if row is None:
             if state in self._terminal:
-                return None
-            raise IllegalTransition(self._table.name, state.name, event.value)
-        for row in rows:
-            guard = row.guard
-            if guard is not None:
-                try:
-                    holds = guards[guard]
-                except KeyError:
-                    raise IllegalTransition(
-                        self._table.name,
-                        state.name,
-                        event.value,
-                        detail=f"guard {guard!r} was not evaluated",
-                    ) from None
-                if holds.__class__ is not bool:
-                    raise IllegalTransition(
-                        self._table.name,
-                        state.name,
-                        event.value,
-                        detail=f"guard {guard!r} must be a bool, got {holds!r}",
-                    )
-                if holds is not row.expect:
-                    continue
-            self._state = row.target
-            return row
-        raise IllegalTransition(
-            self._table.name,
-            state.name,
-            event.value,
-            detail=f"no row matches guards {dict(guards)}",
-        )
+                return None  # terminal states absorb every event
+            self._refuse(state, event, guard)
+        checkpoint(self._table.name)  # between reading the state and writing it
+        self._state = row.target
+        return row
 
-
-def transition_index(table: MachineTable[S, E]) -> Mapping[tuple[S, E, bool | None], S]:
-    """``(state, event, guard value or None) -> target`` for a machine confined to one call.
-
-    A walk that lives in one function's locals (one retry execution) needs neither an instance
-    nor a lock: a lookup in this frozen index is the whole transition. A missing key is a
-    transition the table does not have. Tables with more than one guard per row group cannot be
-    indexed this way and are refused.
-    """
-    index: dict[tuple[S, E, bool | None], S] = {}
-    for (source, event), rows in table.transitions.items():
-        guards = {row.guard for row in rows}
-        if len(guards) > 1:
-            raise ValueError(f"{table.name}: ({source.name}, {event.value}) mixes guards {guards}")
-        for row in rows:
-            index[source, event, None if row.guard is None else row.expect] = row.target
-    return MappingProxyType(index)
+    def _refuse(self, state: S, event: E, guard: object) -> NoReturn:
+        name = self._guard_of.get((state, event))
+        if (state, event) not in self._guard_of:
+            detail = ""
+        elif name is None:
+            detail = f"the rows take no guard, got {guard!r}"
+        elif guard is None:
+            detail = f"guard {name!r} was not evaluated"
+        elif guard.__class__ is not bool:
+            detail = f"guard {name!r} must be a bool, got {guard!r}"
+        else:
+            detail = f"no row matches {name}={guard}"
+        raise IllegalTransition(self._table.name, state.name, event.value, detail=detail)

@@ -35,7 +35,6 @@ from ._context import RunContext
 from ._errors import BudgetExhausted, HarnessFailure, RunTerminated, RunTimedOut
 from ._failure import FailureKind
 from ._generated.tables import RETRY, RetryEvent, RetryState
-from ._machine import transition_index
 from ._retry_policy import RetryPolicy
 
 if TYPE_CHECKING:
@@ -57,8 +56,9 @@ T = TypeVar("T")
 Classifier = Callable[[Exception], "FailureKind | None"]
 """Maps an SDK's exception to a :class:`FailureKind`; ``None`` means "not mine" (UNKNOWN)."""
 
-# The retry table as a frozen index: an execution's state lives in its own frame, unlocked.
-_NEXT = transition_index(RETRY)
+# An execution's state lives in its own frame, unlocked: a lookup in the table's index is the
+# whole transition (a missing key would be a transition the table does not have).
+_NEXT = {key: row.target for key, row in RETRY.index.items()}
 _INITIAL = RETRY.initial
 _ATTEMPTING = RetryState.ATTEMPTING
 _AWAITING = _NEXT[_ATTEMPTING, RetryEvent.FAIL, True]
@@ -162,7 +162,9 @@ class Backoff:
     def __post_init__(self) -> None:
         for name in ("initial", "multiplier", "maximum", "jitter"):
             value = getattr(self, name)
-            if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+            if type(value) not in (int, float):
+                raise TypeError(f"{name} must be a number (int or float, not bool), got {value!r}")
+            if not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if self.multiplier < 1:
             raise ValueError(f"multiplier must be >= 1, got {self.multiplier!r}")
@@ -170,7 +172,11 @@ class Backoff:
             raise ValueError(f"jitter must be within [0, 1], got {self.jitter!r}")
 
     def delay(self, retry: int) -> float:
-        base = min(self.maximum, self.initial * self.multiplier ** (retry - 1))
+        try:
+            grown = self.initial * self.multiplier ** (retry - 1)
+        except OverflowError:  # a large retry number: saturate instead of failing the attempt
+            grown = math.inf if self.initial else 0.0
+        base = min(self.maximum, grown)
         if self.jitter and base:
             base -= base * self.jitter * random.random()
         return base

@@ -76,15 +76,7 @@ class RetryPolicies(Mapping[str, RetryPolicy]):
         ``intent_router`` and ``semantic_guard``: at most 2 attempts for technical failures.
         ``diagnosis_agent``, ``tool_call``, ``evidence_repair``: 1 attempt (no retry).
         """
-        return cls(
-            [
-                RetryPolicy("intent_router", 2, _ROUTER_AND_GUARD_RETRYABLE),
-                RetryPolicy("semantic_guard", 2, _ROUTER_AND_GUARD_RETRYABLE),
-                RetryPolicy("diagnosis_agent", 1),
-                RetryPolicy("tool_call", 1),
-                RetryPolicy("evidence_repair", 1),
-            ]
-        )
+        return _DEFAULTS
 
     def __getitem__(self, name: str) -> RetryPolicy:
         try:
@@ -101,3 +93,15 @@ class RetryPolicies(Mapping[str, RetryPolicy]):
 
     def __repr__(self) -> str:
         return f"RetryPolicies({list(self._policies.values())!r})"
+
+
+# Immutable, so one shared instance: RunContext.create uses it for every run by default.
+_DEFAULTS = RetryPolicies(
+    [
+        RetryPolicy("intent_router", 2, _ROUTER_AND_GUARD_RETRYABLE),
+        RetryPolicy("semantic_guard", 2, _ROUTER_AND_GUARD_RETRYABLE),
+        RetryPolicy("diagnosis_agent", 1),
+        RetryPolicy("tool_call", 1),
+        RetryPolicy("evidence_repair", 1),
+    ]
+)

@@ -34,6 +34,8 @@ class BudgetState(enum.Enum):
     EXHAUSTED = "EXHAUSTED"
     """A limit was reached by a refused reservation or passed by reported usage."""
 
+    __hash__ = object.__hash__
+
 
 class BudgetEvent(enum.Enum):
     """Events of the budget machine."""
@@ -42,6 +44,8 @@ class BudgetEvent(enum.Enum):
     """Reserve one Model call, one Tool call (total and per Tool) or some bytes, all or nothing."""
     RECORD_USAGE = "record_usage"
     """Record the token usage a completed Model response reported, as reported."""
+
+    __hash__ = object.__hash__
 
 
 _BUDGET_ROWS: tuple[Row[BudgetState, BudgetEvent], ...] = (
@@ -125,6 +129,8 @@ class RunState(enum.Enum):
     BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
     """A reservation or reported usage went past a budget limit."""
 
+    __hash__ = object.__hash__
+
 
 class LifecycleEvent(enum.Enum):
     """Events of the lifecycle machine."""
@@ -139,6 +145,8 @@ class LifecycleEvent(enum.Enum):
     """A boundary check reads the clock at or after the deadline."""
     EXHAUST_BUDGET = "exhaust_budget"
     """The budget machine went to EXHAUSTED."""
+
+    __hash__ = object.__hash__
 
 
 _LIFECYCLE_ROWS: tuple[Row[RunState, LifecycleEvent], ...] = (
@@ -244,6 +252,8 @@ class RetryState(enum.Enum):
     STOPPED = "STOPPED"
     """The run was over at the gate before an attempt; the operation was not invoked."""
 
+    __hash__ = object.__hash__
+
 
 class RetryEvent(enum.Enum):
     """Events of the retry machine."""
@@ -256,6 +266,8 @@ class RetryEvent(enum.Enum):
     """The operation returned."""
     FAIL = "fail"
     """The operation raised a classified failure."""
+
+    __hash__ = object.__hash__
 
 
 _RETRY_ROWS: tuple[Row[RetryState, RetryEvent], ...] = (

@@ -1,0 +1,51 @@
+"""Wiring the ``openai`` and ``anthropic`` SDKs to the harness, with retries only in the harness.
+
+Outside the Core: ``import diagnosis_harness`` never imports this package, and importing this
+package imports neither SDK nor PyYAML -- each is imported by the first function that needs it,
+and a missing one is an ``ImportError`` that names the extra to install
+(``pip install 'diagnosis-harness[openai]'``, ``[anthropic]``, ``[config]``).
+
+- Configuration: :func:`load_model_client_config` reads ``model_client`` from
+  ``config/application.yaml`` into a :class:`ModelClientConfig`, whose ``max_attempts`` is 1.
+- Clients: :func:`openai_client`, :func:`async_openai_client`, :func:`anthropic_client` and
+  :func:`async_anthropic_client` build SDK clients with ``max_retries=0``;
+  :func:`ensure_no_hidden_retries` refuses a client built elsewhere that still retries.
+- Classification: :func:`classify_openai`, :func:`classify_anthropic` and :func:`classify_sdk`
+  map SDK exceptions to :class:`~diagnosis_harness.FailureKind` for
+  ``HarnessRetryExecutor(ctx, classifier=...)``.
+
+See ``docs/hidden-retries.md``.
+"""
+
+from __future__ import annotations
+
+from ._classify import classify_anthropic, classify_openai, classify_sdk, kind_of_status
+from ._clients import (
+    anthropic_client,
+    async_anthropic_client,
+    async_openai_client,
+    ensure_no_hidden_retries,
+    openai_client,
+)
+from ._config import (
+    DEFAULT_CONFIG_PATH,
+    ConfigurationError,
+    ModelClientConfig,
+    load_model_client_config,
+)
+
+__all__ = [
+    "DEFAULT_CONFIG_PATH",
+    "ConfigurationError",
+    "ModelClientConfig",
+    "anthropic_client",
+    "async_anthropic_client",
+    "async_openai_client",
+    "classify_anthropic",
+    "classify_openai",
+    "classify_sdk",
+    "ensure_no_hidden_retries",
+    "kind_of_status",
+    "load_model_client_config",
+    "openai_client",
+]
