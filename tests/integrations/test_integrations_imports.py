@@ -1,0 +1,87 @@
+"""The Core never imports the integrations; the integrations import no SDK until one is needed.
+
+Each check runs in a fresh interpreter: in this one, other tests have imported everything.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+OPTIONAL = ("openai", "anthropic", "yaml", "httpx", "httpx2", "pydantic")
+
+
+def _run(code: str, *, extra_path: Path | None = None) -> str:
+    env = dict(os.environ)
+    if extra_path is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(extra_path), env.get("PYTHONPATH")]))
+    completed = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    return completed.stdout.strip()
+
+
+def _loaded(names: tuple[str, ...]) -> str:
+    return f"""
+        import sys
+        print(sorted(m for m in sys.modules if m.split(".")[0] in {names!r}))
+    """
+
+
+def test_the_core_does_not_import_the_integrations() -> None:
+    code = "import diagnosis_harness, diagnosis_harness.testing\n" + textwrap.dedent(
+        _loaded(("diagnosis_harness", *OPTIONAL))
+    )
+    loaded = _run(code)
+    assert "diagnosis_harness.integrations" not in loaded
+    for name in OPTIONAL:
+        assert f"'{name}'" not in loaded
+
+
+def test_importing_the_integrations_imports_no_sdk_and_no_yaml() -> None:
+    code = "import diagnosis_harness.integrations\n" + textwrap.dedent(_loaded(OPTIONAL))
+    assert _run(code) == "[]"
+
+
+def test_classifiers_and_configuration_from_a_document_import_nothing() -> None:
+    code = """
+        from diagnosis_harness.integrations import ModelClientConfig, classify_sdk
+        assert classify_sdk(ConnectionError()) is None
+        assert ModelClientConfig.from_document({"model_client": {"max_attempts": 1}})
+    """ + _loaded(OPTIONAL)
+    assert _run(code) == "[]"
+
+
+def test_loading_the_configuration_imports_yaml_and_no_sdk() -> None:
+    path = Path(__file__).resolve().parents[2] / "config" / "application.yaml"
+    code = f"""
+        import sys
+        from diagnosis_harness.integrations import load_model_client_config
+        load_model_client_config({str(path)!r})
+        assert "yaml" in sys.modules
+    """ + _loaded(("openai", "anthropic", "httpx", "httpx2"))
+    assert _run(code) == "[]"
+
+
+def test_a_broken_sdk_install_is_not_reported_as_missing(tmp_path: Path) -> None:
+    """Only the SDK itself missing means "install the extra"; its own missing import propagates."""
+    fake = tmp_path / "openai"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("import a_dependency_that_is_not_installed\n")
+    code = """
+        from diagnosis_harness.integrations import ModelClientConfig, openai_client
+        try:
+            openai_client(ModelClientConfig(), api_key="k")
+        except ModuleNotFoundError as error:
+            print(error.name)
+    """
+    assert _run(code, extra_path=tmp_path) == "a_dependency_that_is_not_installed"
