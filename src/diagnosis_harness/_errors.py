@@ -105,6 +105,12 @@ class HarnessFailure(HarnessError):
     """An operation's failure with its typed :class:`FailureKind`; the retry executor reads it."""
 
     def __init__(self, kind: FailureKind, message: str = "") -> None:
+        from ._failure import FailureKind  # noqa: PLC0415 - _failure imports nothing of ours
+
+        if type(kind) is not FailureKind:
+            raise TypeError(f"kind must be a FailureKind, got {kind!r}")
+        if not isinstance(message, str):
+            raise TypeError(f"message must be a str, got {message!r}")
         self.kind = kind
         self.message = message
         super().__init__(f"{kind.name}: {message}" if message else kind.name)

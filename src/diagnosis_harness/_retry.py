@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import inspect
 import math
 import random
 import sys
@@ -193,9 +194,7 @@ def _kind_of_termination(error: RunTerminated) -> FailureKind:
 
 def _attach(error: BaseException, record: ExecutionRecord) -> None:
     """Attach the history to the operation's own exception, without wrapping it."""
-    # An exception class with __slots__ and no __dict__ refuses the attribute; the note remains.
-    with contextlib.suppress(AttributeError):
-        error.harness_execution = record  # type: ignore[attr-defined]  # documented extra attribute
+    error.harness_execution = record  # type: ignore[attr-defined]  # the documented extra attribute
     if sys.version_info >= (3, 11):
         error.add_note(record.describe())
 
@@ -277,6 +276,8 @@ class HarnessRetryExecutor:
         """
         if type(policy) is not RetryPolicy:
             policy = self._policy(policy)
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {fn!r}")
         ctx, now = self._ctx, self._now
         state = _INITIAL
         attempts: list[_RawAttempt] = []
@@ -296,8 +297,15 @@ class HarnessRetryExecutor:
                     raise
                 state = _AWAITING
                 if delay > 0:
-                    _pause(ctx, delay)
+                    try:
+                        _pause(ctx, delay)
+                    except BaseException as interrupt:  # Ctrl-C during the wait: keep the record
+                        self._interrupted(policy, attempts, interrupt)
+                        raise
                 continue
+            if inspect.iscoroutine(result):  # an async function: its body never ran
+                result.close()
+                raise TypeError(f"{fn!r} returned a coroutine: use execute_async")
             attempts.append((len(attempts) + 1, _SUCCEEDED, None, started, now()))
             done = (policy.name, attempts, _STOP_SUCCEEDED, _NEXT[state, _SUCCEED, None], None)
             with self._lock:
@@ -315,6 +323,8 @@ class HarnessRetryExecutor:
         """``await fn(*args, **kwargs)`` under ``policy``; waits between attempts do not block."""
         if type(policy) is not RetryPolicy:
             policy = self._policy(policy)
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {fn!r}")
         ctx, now = self._ctx, self._now
         state = _INITIAL
         attempts: list[_RawAttempt] = []
@@ -334,7 +344,11 @@ class HarnessRetryExecutor:
                     raise
                 state = _AWAITING
                 if delay > 0:
-                    await _pause_async(ctx, delay)
+                    try:
+                        await _pause_async(ctx, delay)
+                    except BaseException as interrupt:  # the task was cancelled during the wait
+                        self._interrupted(policy, attempts, interrupt)
+                        raise
                 continue
             attempts.append((len(attempts) + 1, _SUCCEEDED, None, started, now()))
             done = (policy.name, attempts, _STOP_SUCCEEDED, _NEXT[state, _SUCCEED, None], None)
@@ -356,7 +370,17 @@ class HarnessRetryExecutor:
                 error, self._store((policy.name, attempts, StopReason.INTERRUPTED, target, None))
             )
             return None
-        kind = self._classify(error)
+        try:
+            kind = self._classify(error)
+        except Exception as broken:  # a classifier bug: the attempt still happened; record it
+            attempts.append(
+                (number, AttemptOutcome.FAILED, FailureKind.UNKNOWN, started, self._now())
+            )
+            target = _NEXT[_ATTEMPTING, _FAIL, False]
+            _attach(
+                broken, self._store((policy.name, attempts, StopReason.NOT_RETRYABLE, target, None))
+            )
+            raise broken from error
         allowed = policy.may_retry(kind, number)
         attempts.append((number, AttemptOutcome.FAILED, kind, started, self._now()))
         target = _NEXT[_ATTEMPTING, _FAIL, allowed]
@@ -368,6 +392,15 @@ class HarnessRetryExecutor:
         )
         _attach(error, self._store((policy.name, attempts, stop, target, None)))
         return None
+
+    def _interrupted(
+        self, policy: RetryPolicy, attempts: list[_RawAttempt], interrupt: BaseException
+    ) -> None:
+        """A BaseException while awaiting a retry: the loop stops there (AWAITING_RETRY -> stop)."""
+        target = _NEXT[_AWAITING, _STOP, None]
+        _attach(
+            interrupt, self._store((policy.name, attempts, StopReason.INTERRUPTED, target, None))
+        )
 
     def _stopped(
         self,

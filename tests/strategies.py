@@ -1,0 +1,162 @@
+"""Shared Hypothesis strategies for bad input, and the small builders the Core tests share.
+
+Every strategy here generates values that a public constructor or method must refuse; the
+``expected_*`` helpers say which exception type a value deserves (wrong type: ``TypeError``,
+right type but wrong value: ``ValueError``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hypothesis import strategies as st
+
+from diagnosis_harness import (
+    Boundary,
+    BudgetLimits,
+    CancellationReason,
+    Clock,
+    Deadline,
+    ManualClock,
+    RunContext,
+    RunState,
+)
+
+# Every character str.strip() removes: a name made only of these is blank.
+WHITESPACE = (
+    " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+    "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+
+blank_text = st.text(alphabet=WHITESPACE, max_size=6)
+"""The empty string and whitespace-only strings."""
+
+non_str = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.binary(max_size=4),
+    st.lists(st.text(max_size=2), max_size=2),
+)
+"""Anything but a ``str``."""
+
+blank_or_non_str = st.one_of(blank_text, non_str)
+"""What a name or ID must not be."""
+
+non_int = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.floats(),
+    st.text(max_size=4),
+    st.binary(max_size=4),
+    st.decimals(allow_nan=False, allow_infinity=False),
+)
+"""Anything but an ``int`` (``bool`` included: it is never a count here)."""
+
+not_positive_int = st.one_of(non_int, st.integers(max_value=0))
+"""What a limit, a reservation size or an attempt count must not be."""
+
+not_non_negative_int = st.one_of(non_int, st.integers(max_value=-1))
+"""What a token count or a nanosecond amount must not be."""
+
+
+def _valid_seconds(value: float) -> bool:
+    return math.isfinite(value) and value >= 0
+
+
+bad_seconds = st.one_of(
+    st.booleans(),
+    st.floats().filter(lambda x: not _valid_seconds(x)),
+    st.integers(max_value=-1),
+    st.text(max_size=4),
+    st.binary(max_size=4),
+    st.decimals(allow_nan=False, allow_infinity=False),
+)
+"""What a duration in seconds must not be: NaN, infinities, negatives, non-numbers, bools.
+
+``None`` is left out: for some parameters (``wait(timeout)``) it means "no timeout"."""
+
+not_boundary = st.one_of(
+    non_str,
+    st.text(max_size=8),
+    st.sampled_from([b.value for b in Boundary] + [b.name for b in Boundary]),
+    st.sampled_from(list(CancellationReason)),
+)
+"""Anything but a ``Boundary`` member, including its names and values."""
+
+not_reason = st.one_of(
+    non_str,
+    st.text(max_size=8),
+    st.sampled_from([r.value for r in CancellationReason] + [r.name for r in CancellationReason]),
+    st.sampled_from(list(Boundary)),
+)
+"""Anything but a ``CancellationReason`` member, including its names and values."""
+
+not_callable = st.one_of(non_str, st.text(max_size=4)).filter(lambda x: not callable(x))
+"""Anything that cannot be called."""
+
+
+def expected_int_error(value: object) -> type[Exception]:
+    """``TypeError`` for a value that is not an ``int`` (or is a ``bool``), else ``ValueError``."""
+    return ValueError if type(value) is int else TypeError
+
+
+def expected_seconds_error(value: object) -> type[Exception]:
+    """``TypeError`` for a non-number (or ``bool``), ``ValueError`` for a bad number."""
+    return ValueError if type(value) in (int, float) else TypeError
+
+
+def expected_str_error(value: object) -> type[Exception]:
+    """``TypeError`` for a non-``str``, ``ValueError`` for a blank one."""
+    return ValueError if isinstance(value, str) else TypeError
+
+
+def state(ctx: RunContext) -> RunState:
+    """The run's state, read through a call so that mypy does not narrow it between reads."""
+    return ctx.lifecycle.state
+
+
+# -- builders ---------------------------------------------------------------------------------
+
+GENEROUS = 1_000_000
+
+
+def limits(**overrides: Any) -> BudgetLimits:
+    """Limits that a test does not reach unless it lowers one of them by keyword."""
+    values: dict[str, Any] = {
+        "model_calls": GENEROUS,
+        "tool_calls": GENEROUS,
+        "per_tool_calls": GENEROUS,
+        "input_tokens": GENEROUS,
+        "output_tokens": GENEROUS,
+        "total_tokens": GENEROUS,
+        "run_bytes": GENEROUS,
+    }
+    values.update(overrides)
+    return BudgetLimits(**values)
+
+
+def new_run(
+    *,
+    budget: BudgetLimits | None = None,
+    clock: Clock | None = None,
+    timeout: float | None = None,
+    deadline: Deadline | None = None,
+    session_id: str = "session-1",
+    run_id: str = "run-1",
+    **kwargs: Any,
+) -> RunContext:
+    """A run on a ``ManualClock`` at 0 with a 30 s timeout unless told otherwise."""
+    if timeout is None and deadline is None:
+        timeout = 30
+    return RunContext.create(
+        session_id=session_id,
+        run_id=run_id,
+        limits=limits() if budget is None else budget,
+        clock=ManualClock() if clock is None else clock,
+        timeout=timeout,
+        deadline=deadline,
+        **kwargs,
+    )
