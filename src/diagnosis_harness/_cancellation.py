@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable, Generator
 from typing import Any, TypeAlias, final
 
+from ._checkpoint import checkpoint
 from ._validate import seconds
 
 __all__ = [
@@ -146,6 +147,7 @@ class Cancellation:
         with self._lock:
             reason = self._reason
             if reason is None:
+                checkpoint("cancellation.register")  # between reading the reason and adding
                 key = next(self._keys)
                 self._callbacks[key] = callback
                 return Registration(self, key)
@@ -195,6 +197,7 @@ class Cancellation:
         """Set the reason if none is set; return the callbacks to deliver, or None if we lost."""
         if self._reason is not None:
             return None
+        checkpoint("cancellation.signal")  # between reading the reason and writing it
         self._reason = reason
         pending = list(self._callbacks.values())
         self._callbacks.clear()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Final, final
 
+from ._checkpoint import checkpoint
 from ._validate import positive_int
 
 __all__ = ["RunCapacityCounter"]
@@ -27,10 +28,11 @@ class RunCapacityCounter:
 
     __slots__ = ("_limit", "_lock", "_used")
 
-    def __init__(self, limit_bytes: int) -> None:
+    def __init__(self, limit_bytes: int, *, _lock: threading.Lock | None = None) -> None:
         self._limit: Final = positive_int("limit_bytes", limit_bytes)  # fixed for the run
         # Protects ``_used``: the fit check and the add in ``try_reserve`` happen as one step.
-        self._lock: Final = threading.Lock()
+        # (``_lock`` is for the model checks' scheduler, which supplies a lock it controls.)
+        self._lock: Final = threading.Lock() if _lock is None else _lock
         self._used = 0  # 0 <= _used <= _limit; the sum of accepted reservations
 
     def try_reserve(self, n: int) -> bool:
@@ -40,9 +42,11 @@ class RunCapacityCounter:
         """
         n = positive_int("n", n)
         with self._lock:
-            if self._used + n > self._limit:
+            used = self._used
+            if used + n > self._limit:
                 return False
-            self._used += n
+            checkpoint("capacity.reserve")  # between reading the usage and writing it
+            self._used = used + n
             return True
 
     @property

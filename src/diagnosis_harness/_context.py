@@ -102,6 +102,7 @@ class RunContext:
         clock: Clock | None = None,
         retry_policies: RetryPolicies | None = None,
         on_callback_error: CallbackErrorHandler | None = None,
+        _lock: threading.Lock | None = None,
     ) -> RunContext:
         """Validate everything, then build one run's context.
 
@@ -128,7 +129,9 @@ class RunContext:
             retry_policies = RetryPolicies.defaults()
         elif type(retry_policies) is not RetryPolicies:
             raise TypeError(f"retry_policies must be RetryPolicies, got {retry_policies!r}")
-        cancellation = Cancellation(on_callback_error=on_callback_error, _lock=threading.Lock())
+        # One lock for the run's state; `_lock` lets the model checks' scheduler supply its own.
+        lock = threading.Lock() if _lock is None else _lock
+        cancellation = Cancellation(on_callback_error=on_callback_error, _lock=lock)
         lifecycle = Lifecycle(clock=clock, cancellation=cancellation)
         budget = Budget(limits, lock=lifecycle._lock)
         return cls(
