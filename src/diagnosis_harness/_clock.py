@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Protocol, final, runtime_checkable
 
 from ._validate import non_negative_int
@@ -19,6 +20,11 @@ from ._validate import seconds as _seconds
 __all__ = ["Clock", "Deadline", "ManualClock", "SystemClock"]
 
 _NS_PER_SECOND = 1_000_000_000
+
+
+def _to_ns(seconds: float) -> int:
+    """Exact for every finite float: ``round(1e300 * 1e9)`` would be ``round(inf)``."""
+    return round(Fraction(seconds) * _NS_PER_SECOND)
 
 
 @runtime_checkable
@@ -56,7 +62,7 @@ class ManualClock:
 
     def advance(self, seconds: float) -> None:
         """Move forward by ``seconds`` (finite, >= 0), rounded to the nanosecond."""
-        self.advance_ns(round(_seconds("seconds", seconds) * _NS_PER_SECOND))
+        self.advance_ns(_to_ns(_seconds("seconds", seconds)))
 
     def advance_ns(self, ns: int) -> None:
         """Move forward by ``ns`` nanoseconds (an int >= 0; a clock never goes back)."""
@@ -82,12 +88,15 @@ class Deadline:
     @classmethod
     def after(cls, clock: Clock, seconds: float) -> Deadline:
         """The instant ``seconds`` (finite, >= 0) after ``clock``'s now."""
-        delay = round(_seconds("seconds", seconds) * _NS_PER_SECOND)
-        return cls(clock.monotonic_ns() + delay)
+        if not callable(getattr(clock, "monotonic_ns", None)):
+            raise TypeError(f"clock must have monotonic_ns() -> int, got {clock!r}")
+        return cls(clock.monotonic_ns() + _to_ns(_seconds("seconds", seconds)))
 
     @classmethod
     def at_ns(cls, ns: int) -> Deadline:
         """The instant ``ns`` on the clock's timeline; one already past expires at once."""
+        if type(ns) is not int:
+            raise TypeError(f"ns must be an int of nanoseconds, got {ns!r}")
         return cls(ns)
 
     def expired(self, clock: Clock) -> bool:

@@ -80,9 +80,9 @@ class RunScope:
             self._registration.unregister()
         if self._timer is not None:
             self._timer.cancel()
+        task, self._task = self._task, None  # a _cancel_task still queued must do nothing now
         if not self._cancel_requested or exc_type is not asyncio.CancelledError:
             return
-        task = self._task
         assert task is not None
         if sys.version_info >= (3, 11) and task.uncancel() > 0:
             return  # someone else cancelled the task too: theirs passes through

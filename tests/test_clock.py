@@ -1,0 +1,211 @@
+"""Clocks and deadlines: integer nanoseconds, a manual clock that never goes back, ``now >= at``."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from diagnosis_harness import (
+    Boundary,
+    CancellationReason,
+    Clock,
+    Deadline,
+    ManualClock,
+    RunContext,
+    RunState,
+    RunTimedOut,
+    SystemClock,
+)
+from strategies import limits, new_run, state
+
+NS = 1_000_000_000
+
+
+def test_manual_clock_starts_at_zero_or_where_told() -> None:
+    assert ManualClock().monotonic_ns() == 0
+    assert ManualClock(42).monotonic_ns() == 42
+    assert ManualClock(start_ns=7).monotonic_ns() == 7
+
+
+def test_manual_clock_moves_only_when_told() -> None:
+    clock = ManualClock(10)
+    assert clock.monotonic_ns() == clock.monotonic_ns() == 10
+    clock.advance_ns(5)
+    assert clock.monotonic_ns() == 15
+    clock.advance(1.5)
+    assert clock.monotonic_ns() == 15 + 1_500_000_000
+    clock.advance(0)
+    clock.advance_ns(0)
+    assert clock.monotonic_ns() == 15 + 1_500_000_000
+
+
+def test_manual_clock_rounds_seconds_to_the_nanosecond() -> None:
+    clock = ManualClock()
+    clock.advance(1e-9)
+    assert clock.monotonic_ns() == 1
+    clock.advance(0.1)
+    assert clock.monotonic_ns() == 100_000_001
+
+
+@pytest.mark.parametrize("advance", [lambda c: c.advance_ns(-1), lambda c: c.advance(-0.001)])
+def test_manual_clock_never_goes_backwards(advance: Any) -> None:
+    clock = ManualClock(1_000)
+    with pytest.raises(ValueError, match=r"\b(ns|seconds)\b"):
+        advance(clock)
+    assert clock.monotonic_ns() == 1_000
+
+
+@given(steps=st.lists(st.integers(min_value=-(10**12), max_value=10**12), max_size=30))
+def test_manual_clock_is_monotonic_whatever_it_is_asked(steps: list[int]) -> None:
+    clock = ManualClock()
+    expected = 0
+    for step in steps:
+        before = clock.monotonic_ns()
+        if step < 0:
+            with pytest.raises(ValueError, match=r"\bns\b"):
+                clock.advance_ns(step)
+        else:
+            clock.advance_ns(step)
+            expected += step
+        assert clock.monotonic_ns() >= before
+        assert clock.monotonic_ns() == expected
+
+
+def test_manual_clock_advances_from_many_threads_lose_nothing() -> None:
+    clock = ManualClock()
+    threads_n, per_thread = 8, 2_000
+    barrier = threading.Barrier(threads_n)
+
+    def worker() -> None:
+        barrier.wait()
+        for _ in range(per_thread):
+            clock.advance_ns(1)
+
+    threads = [threading.Thread(target=worker) for _ in range(threads_n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert clock.monotonic_ns() == threads_n * per_thread
+
+
+def test_both_clocks_satisfy_the_clock_protocol() -> None:
+    assert isinstance(ManualClock(), Clock)
+    assert isinstance(SystemClock(), Clock)
+
+
+def test_system_clock_is_monotonic_integer_nanoseconds() -> None:
+    clock = SystemClock()
+    readings = [clock.monotonic_ns() for _ in range(1_000)]
+    assert all(type(r) is int for r in readings)
+    assert readings == sorted(readings)
+
+
+def test_deadline_after_is_now_plus_the_delay_in_ns() -> None:
+    clock = ManualClock(5)
+    assert Deadline.after(clock, 2) == Deadline(5 + 2 * NS)
+    assert Deadline.after(clock, 0.25).instant_ns == 5 + NS // 4
+    assert Deadline.after(clock, 0).instant_ns == 5
+
+
+def test_deadline_at_ns_is_that_instant() -> None:
+    assert Deadline.at_ns(123).instant_ns == 123
+    assert Deadline.at_ns(123) == Deadline(123)
+
+
+def test_deadline_expires_when_now_reaches_it() -> None:
+    clock = ManualClock(99)
+    deadline = Deadline.at_ns(100)
+    assert not deadline.expired(clock)
+    assert deadline.remaining_ns(clock) == 1
+    clock.advance_ns(1)
+    assert deadline.expired(clock)
+    assert deadline.remaining_ns(clock) == 0
+    clock.advance_ns(1_000)
+    assert deadline.expired(clock)
+    assert deadline.remaining_ns(clock) == 0
+
+
+@given(at=st.integers(min_value=-(2**63), max_value=2**63), now=st.integers(0, 2**63))
+def test_expiry_is_exactly_now_at_or_after_the_instant(at: int, now: int) -> None:
+    clock = ManualClock(now)
+    deadline = Deadline.at_ns(at)
+    assert deadline.expired(clock) is (now >= at)
+    assert deadline.remaining_ns(clock) == max(0, at - now)
+
+
+def test_deadline_is_an_immutable_value() -> None:
+    deadline = Deadline.at_ns(1)
+    untyped: Any = deadline
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        untyped.instant_ns = 2
+    assert {Deadline.at_ns(1), Deadline.at_ns(1)} == {deadline}
+
+
+def test_a_deadline_in_the_past_is_allowed_and_expires_at_the_first_check() -> None:
+    clock = ManualClock(10 * NS)
+    ctx = new_run(clock=clock, deadline=Deadline.at_ns(NS))  # nine seconds ago
+
+    assert state(ctx) is RunState.RUNNING  # creation itself does not check
+    with pytest.raises(RunTimedOut) as caught:
+        ctx.check(Boundary.MODEL)
+
+    assert state(ctx) is RunState.TIMED_OUT
+    assert caught.value.termination.at_ns == 10 * NS
+    assert ctx.cancellation.reason is CancellationReason.DEADLINE_EXCEEDED
+
+
+def test_a_zero_timeout_expires_at_the_first_check() -> None:
+    ctx = new_run(timeout=0)
+    with pytest.raises(RunTimedOut):
+        ctx.check(Boundary.TOOL)
+
+
+def test_timeout_is_measured_on_the_injected_clock() -> None:
+    clock = ManualClock(1_000)
+    ctx = new_run(clock=clock, timeout=2.5)
+    assert ctx.deadline == Deadline(1_000 + 2_500_000_000)
+    assert ctx.clock is clock
+
+
+def test_the_default_clock_is_the_system_clock() -> None:
+    ctx = RunContext.create(session_id="s", run_id="r", limits=limits(), timeout=60)
+    assert isinstance(ctx.clock, SystemClock)
+    ctx.check(Boundary.MODEL)  # a minute away: passes
+
+
+@given(seconds=st.floats(min_value=0, allow_infinity=False, allow_nan=False))
+def test_any_finite_delay_gives_a_deadline_or_a_value_error_naming_it(seconds: float) -> None:
+    """A finite, non-negative delay is valid input: it must never escape as another error."""
+    clock = ManualClock(7)
+    refusal: ValueError | None = None
+    try:
+        deadline = Deadline.after(clock, seconds)
+    except ValueError as error:  # refusing an absurd delay is acceptable, if it says why
+        refusal = error
+    else:
+        assert deadline.instant_ns >= 7
+    assert refusal is None or "seconds" in str(refusal)
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        pytest.param(lambda: Deadline.after(ManualClock(), 1e300), "seconds", id="Deadline.after"),
+        pytest.param(lambda: ManualClock().advance(1e300), "seconds", id="ManualClock.advance"),
+        pytest.param(lambda: new_run(timeout=1e300), "timeout", id="RunContext.create"),
+    ],
+)
+def test_a_huge_finite_delay_does_not_overflow(call: Any, name: str) -> None:
+    """``round(1e300 * 1e9)`` is ``round(inf)``: an OverflowError, not a ValueError naming it."""
+    refusal: ValueError | None = None
+    try:
+        call()
+    except ValueError as error:  # refusing it is fine; accepting it (a far deadline) too
+        refusal = error
+    assert refusal is None or name in str(refusal)

@@ -1,0 +1,445 @@
+"""RunContext: built only by ``create``, identity first, immutable, passed explicitly; the gate."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import dataclasses
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+import diagnosis_harness
+import diagnosis_harness._context as context_module
+from diagnosis_harness import (
+    Boundary,
+    BudgetExhausted,
+    CancellationReason,
+    Deadline,
+    InvalidRunIdentity,
+    ManualClock,
+    RetryPolicies,
+    RunContext,
+    RunFinished,
+    RunState,
+    RunTerminated,
+    RunTimedOut,
+)
+from diagnosis_harness.testing import FakeTool, ToolInvocation
+from strategies import WHITESPACE, limits, new_run
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+IMMUTABLE = "RunContext SHALL be explicit and structurally immutable"
+DEADLINE = "Deadline and cancellation SHALL stop subsequent controlled work"
+PACKAGE_DIR = Path(diagnosis_harness.__file__).resolve().parent
+FIELDS = (
+    "session_id",
+    "run_id",
+    "deadline",
+    "clock",
+    "cancellation",
+    "budget",
+    "retry_policies",
+    "lifecycle",
+)
+
+
+def _handles(ctx: RunContext) -> tuple[object, ...]:
+    return tuple(getattr(ctx, name) for name in FIELDS)
+
+
+def _assert_same_handles(seen: RunContext, ctx: RunContext) -> None:
+    assert seen is ctx
+    for name in FIELDS:
+        assert getattr(seen, name) is getattr(ctx, name), name
+
+
+# -- structure --------------------------------------------------------------------------------
+
+
+def test_the_context_holds_the_documented_fields() -> None:
+    public = tuple(f.name for f in dataclasses.fields(RunContext) if not f.name.startswith("_"))
+    assert public == FIELDS
+
+
+@pytest.mark.parametrize("name", FIELDS)
+def test_no_field_can_be_reassigned(name: str) -> None:
+    ctx = new_run()
+    before = getattr(ctx, name)
+    untyped: Any = ctx
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(untyped, name, None)
+    assert getattr(ctx, name) is before
+
+
+def test_the_context_is_slotted_and_takes_no_new_attributes() -> None:
+    ctx = new_run()
+    assert not hasattr(ctx, "__dict__")
+    untyped: Any = ctx
+    with pytest.raises((dataclasses.FrozenInstanceError, AttributeError, TypeError)):
+        untyped.extra = 1
+    with pytest.raises((dataclasses.FrozenInstanceError, AttributeError, TypeError)):
+        del untyped.run_id
+    assert ctx.run_id == "run-1"
+
+
+def test_the_context_cannot_be_built_around_create() -> None:
+    ctx = new_run()
+    untyped: Any = RunContext
+    with pytest.raises(TypeError, match=r"RunContext\.create"):
+        untyped(*_handles(ctx))
+    with pytest.raises(TypeError):
+        dataclasses.replace(ctx, run_id="other")
+
+
+def test_create_keeps_what_it_was_given() -> None:
+    clock = ManualClock(5)
+    policies = RetryPolicies.defaults()
+    deadline = Deadline.at_ns(500)
+    ctx = RunContext.create(
+        session_id="s-1",
+        run_id="r-1",
+        limits=limits(model_calls=3),
+        deadline=deadline,
+        clock=clock,
+        retry_policies=policies,
+    )
+    assert (ctx.session_id, ctx.run_id) == ("s-1", "r-1")
+    assert ctx.deadline is deadline
+    assert ctx.clock is clock
+    assert ctx.retry_policies is policies
+    assert ctx.budget.limits.model_calls == 3
+    assert ctx.lifecycle.state is RunState.RUNNING
+    assert ctx.lifecycle.termination is None
+    assert not ctx.cancellation.is_cancelled
+    assert "r-1" in repr(ctx)
+
+
+def test_default_retry_policies_are_the_seed_defaults() -> None:
+    ctx = new_run()
+    assert set(ctx.retry_policies) == set(RetryPolicies.defaults())
+    assert ctx.retry_policies["intent_router"].max_attempts == 2
+
+
+def test_two_runs_share_no_mutable_handle() -> None:
+    a, b = new_run(run_id="a"), new_run(run_id="b")
+    for name in ("cancellation", "budget", "lifecycle"):
+        assert getattr(a, name) is not getattr(b, name)
+    a.cancellation.cancel(CancellationReason.USER_REQUESTED)
+    b.check(Boundary.MODEL)
+    assert b.lifecycle.state is RunState.RUNNING
+
+
+@pytest.mark.parametrize(
+    ("deadline", "timeout"),
+    [pytest.param(None, None, id="neither"), pytest.param(Deadline.at_ns(5), 1.0, id="both")],
+)
+def test_exactly_one_of_deadline_and_timeout(
+    deadline: Deadline | None, timeout: float | None
+) -> None:
+    with pytest.raises(ValueError, match=r"deadline.*timeout"):
+        RunContext.create(
+            session_id="s",
+            run_id="r",
+            limits=limits(),
+            deadline=deadline,
+            timeout=timeout,
+            clock=ManualClock(),
+        )
+
+
+# -- Scenario: Context crosses an asynchronous boundary ---------------------------------------
+
+
+@pytest.mark.spec(IMMUTABLE, "Context crosses an asynchronous boundary")
+def test_context_crosses_an_asynchronous_boundary() -> None:
+    ctx = new_run()
+    tool = FakeTool("search", result="found")
+
+    def on_worker(call_id: str) -> tuple[str, RunContext, tuple[object, ...]]:
+        # What a boundary body would read, on the thread it runs on.
+        return tool(ctx, call_id, query="disk"), ctx, _handles(ctx)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = [pool.submit(on_worker, f"call-{i}").result() for i in range(2)]
+
+    async def in_asyncio() -> list[str]:
+        from_thread = await asyncio.to_thread(tool, ctx, "call-thread", query="cpu")
+
+        async def in_task(call_id: str) -> str:
+            return tool(ctx, call_id, query="mem")
+
+        from_task = await asyncio.create_task(in_task("call-task"))
+        return [from_thread, from_task]
+
+    assert asyncio.run(in_asyncio()) == ["found", "found"]
+
+    for value, seen, handles in results:
+        assert value == "found"
+        _assert_same_handles(seen, ctx)
+        assert all(a is b for a, b in zip(handles, _handles(ctx), strict=True))
+    assert tool.calls == 4
+    main_thread = threading.get_ident()
+    invocation: ToolInvocation
+    for invocation in tool.invocations:
+        _assert_same_handles(invocation.context, ctx)
+    threads = {invocation.thread_id for invocation in tool.invocations}
+    assert [i.tool_call_id for i in tool.invocations] == [
+        "call-0",
+        "call-1",
+        "call-thread",
+        "call-task",
+    ]
+    assert threads - {main_thread}, "some invocation ran on another thread"
+    # The one budget saw every call, whichever thread or task made it.
+    assert ctx.budget.snapshot().per_tool_calls == {"search": 4}
+
+
+def _library_sources() -> list[Path]:
+    return sorted(PACKAGE_DIR.rglob("*.py"))
+
+
+def _thread_or_context_local_uses(tree: ast.AST) -> list[str]:
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] == "contextvars"]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if module.split(".")[0] == "contextvars":
+                found.append(f"from {module} import ...")
+            if module in ("threading", "_threading_local"):
+                found += [f"from {module} import {a.name}" for a in node.names if "local" in a.name]
+        elif isinstance(node, ast.Attribute) and node.attr in ("local", "ContextVar"):
+            found.append(ast.unparse(node))
+        elif isinstance(node, ast.Constant) and node.value in ("contextvars", "_threading_local"):
+            found.append(repr(node.value))  # importlib.import_module("contextvars") and friends
+    return found
+
+
+def test_the_library_uses_no_thread_local_or_context_variable_state() -> None:
+    sources = _library_sources()
+    assert len(sources) > 10
+    offenders = {
+        str(path.relative_to(PACKAGE_DIR)): uses
+        for path in sources
+        if (uses := _thread_or_context_local_uses(ast.parse(path.read_text(encoding="utf-8"))))
+    }
+    assert offenders == {}
+
+
+def test_the_source_scan_would_find_them() -> None:
+    source = (
+        "import threading, contextvars\n"
+        "from threading import local\n"
+        "state = threading.local()\n"
+        "var = contextvars.ContextVar('x')\n"
+    )
+    assert len(_thread_or_context_local_uses(ast.parse(source))) >= 4
+
+
+# -- Scenario: Invalid identity starts a Run --------------------------------------------------
+
+
+@pytest.fixture
+def constructed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record every run part that ``create`` builds, by wrapping the classes it calls."""
+    built: list[str] = []
+
+    def recording(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            built.append(name)
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    for name in ("Cancellation", "Lifecycle", "Budget"):
+        monkeypatch.setattr(context_module, name, recording(name, getattr(context_module, name)))
+    # Classes whose type create() checks stay in place; their factories are wrapped instead.
+    after = Deadline.after.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(Deadline, "after", classmethod(recording("Deadline.after", after)))
+    defaults = RetryPolicies.defaults.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(
+        RetryPolicies, "defaults", classmethod(recording("RetryPolicies.defaults", defaults))
+    )
+    return built
+
+
+BLANK_IDS = ["", " ", "   ", "\t", "\n", "\u3000", WHITESPACE]
+
+
+@pytest.mark.spec(IMMUTABLE, "Invalid identity starts a Run")
+def test_invalid_identity_starts_a_run(constructed: list[str]) -> None:
+    untyped: Any = RunContext.create
+    for which in ("session_id", "run_id"):
+        for blank in BLANK_IDS:
+            ids = {"session_id": "session-1", "run_id": "run-1", which: blank}
+            # Limits, timeout and clock are invalid too: identity is checked before all else.
+            with pytest.raises(InvalidRunIdentity, match=which) as caught:
+                untyped(**ids, limits="not limits", timeout=float("nan"), clock=object())
+            assert isinstance(caught.value, ValueError)
+            with pytest.raises(InvalidRunIdentity, match=which):
+                untyped(**ids, limits=limits(), timeout=30, clock=ManualClock())
+    # No budget, cancellation, lifecycle, deadline or retry policies was created or published.
+    assert constructed == []
+
+
+def test_both_ids_blank_names_the_session_first(constructed: list[str]) -> None:
+    with pytest.raises(InvalidRunIdentity, match="session_id"):
+        RunContext.create(session_id=" ", run_id=" ", limits=limits(), timeout=1)
+    assert constructed == []
+
+
+def test_the_recording_wrappers_do_see_a_valid_creation(constructed: list[str]) -> None:
+    ctx = RunContext.create(session_id="s", run_id="r", limits=limits(), timeout=1)
+    assert set(constructed) == {
+        "Cancellation",
+        "Lifecycle",
+        "Budget",
+        "Deadline.after",
+        "RetryPolicies.defaults",
+    }
+    ctx.check(Boundary.MODEL)
+
+
+def test_ids_are_kept_exactly_as_given() -> None:
+    ctx = new_run(session_id=" s 1 ", run_id="r\t1")
+    assert (ctx.session_id, ctx.run_id) == (" s 1 ", "r\t1")
+
+
+# -- the gate: ctx.check(boundary) ------------------------------------------------------------
+
+
+def test_check_passes_one_nanosecond_before_the_deadline() -> None:
+    clock = ManualClock()
+    ctx = new_run(clock=clock, deadline=Deadline.at_ns(1_000))
+    clock.advance_ns(999)
+    for boundary in Boundary:
+        ctx.check(boundary)
+    ctx.reserve_model_call()
+    ctx.reserve_tool_call("t")
+    ctx.reserve_bytes(1)
+    assert ctx.lifecycle.state is RunState.RUNNING
+    assert not ctx.cancellation.is_cancelled
+
+
+@pytest.mark.parametrize("boundary", list(Boundary))
+def test_check_at_the_deadline_records_timed_out_and_signals(boundary: Boundary) -> None:
+    clock = ManualClock()
+    ctx = new_run(clock=clock, deadline=Deadline.at_ns(1_000))
+    reasons: list[CancellationReason] = []
+    ctx.cancellation.register(reasons.append)
+    clock.advance_ns(1_000)
+
+    with pytest.raises(RunTimedOut) as caught:
+        ctx.check(boundary)
+
+    termination = ctx.lifecycle.termination
+    assert termination is not None
+    assert caught.value.termination is termination
+    assert caught.value.boundary is boundary
+    assert (termination.state, termination.at_ns) == (RunState.TIMED_OUT, 1_000)
+    assert termination.reason
+    assert ctx.cancellation.reason is CancellationReason.DEADLINE_EXCEEDED
+    assert reasons == [CancellationReason.DEADLINE_EXCEEDED]
+
+
+def test_every_later_check_raises_the_same_termination() -> None:
+    clock = ManualClock()
+    ctx = new_run(clock=clock, deadline=Deadline.at_ns(10))
+    clock.advance_ns(50)
+    with pytest.raises(RunTimedOut) as first:
+        ctx.check(Boundary.MODEL)
+    clock.advance_ns(10_000)
+
+    later: list[RunTerminated] = []
+    calls: list[Callable[[], None]] = [
+        *(lambda b=b: ctx.check(b) for b in Boundary),
+        ctx.reserve_model_call,
+        lambda: ctx.reserve_tool_call("t"),
+        lambda: ctx.reserve_bytes(1),
+    ]
+    for call in calls:
+        with pytest.raises(RunTimedOut) as caught:
+            call()
+        later.append(caught.value)
+
+    assert all(error.termination is first.value.termination for error in later)
+    assert first.value.termination.at_ns == 50  # when it was first observed, not later
+    assert ctx.budget.snapshot().model_calls == 0
+
+
+def test_a_check_after_success_raises_run_finished() -> None:
+    ctx = new_run()
+    ctx.lifecycle.succeed()
+    with pytest.raises(RunFinished) as caught:
+        ctx.check(Boundary.GUARD)
+    assert caught.value.termination is ctx.lifecycle.termination
+    with pytest.raises(RunFinished):
+        ctx.reserve_tool_call("t")
+
+
+def test_a_check_after_failure_raises_run_finished_even_past_the_deadline() -> None:
+    clock = ManualClock()
+    ctx = new_run(clock=clock, timeout=1)
+    ctx.lifecycle.fail("boom")
+    clock.advance(5)
+    with pytest.raises(RunFinished):
+        ctx.check(Boundary.MODEL)
+    assert ctx.lifecycle.state is RunState.FAILED
+
+
+def test_terminated_errors_are_neither_timeouts_nor_task_cancellations() -> None:
+    ctx = new_run(timeout=0)
+    with pytest.raises(RunTimedOut) as caught:
+        ctx.check(Boundary.MODEL)
+    error: BaseException = caught.value
+    assert not isinstance(error, TimeoutError)
+    assert not isinstance(error, asyncio.CancelledError)
+    assert isinstance(error, diagnosis_harness.HarnessError)
+
+
+# -- Scenario: Deadline expires before a Tool call --------------------------------------------
+
+
+@pytest.mark.spec(DEADLINE, "Deadline expires before a Tool call")
+def test_deadline_expires_before_a_tool_call() -> None:
+    clock = ManualClock()
+    ctx = new_run(clock=clock, timeout=10)
+    tool = FakeTool("logs", result="lines")
+    clock.advance(10)  # the ManualClock reaches the deadline
+
+    with pytest.raises(RunTimedOut) as at_gate:
+        ctx.check(Boundary.TOOL)
+    with pytest.raises(RunTimedOut) as at_tool:
+        tool(ctx, "call-1")
+
+    assert tool.calls == 0  # the Tool was not invoked
+    assert ctx.budget.snapshot().tool_calls == 0
+    termination = ctx.lifecycle.termination
+    assert termination is not None
+    assert termination.state is RunState.TIMED_OUT
+    assert at_gate.value.termination is termination
+    assert at_tool.value.termination is termination
+    # Later checks report the same terminal outcome, whatever happens next.
+    clock.advance(100)
+    assert not ctx.lifecycle.succeed().changed
+    for _ in range(3):
+        with pytest.raises(RunTimedOut) as later:
+            ctx.check(Boundary.TOOL)
+        assert later.value.termination is termination
+    assert ctx.lifecycle.termination is termination
+
+
+def test_budget_refusal_names_its_dimension_on_the_error() -> None:
+    ctx = new_run(budget=limits(model_calls=1))
+    ctx.reserve_model_call()
+    with pytest.raises(BudgetExhausted) as caught:
+        ctx.reserve_model_call()
+    assert caught.value.boundary is Boundary.MODEL
+    assert caught.value.termination is ctx.lifecycle.termination
