@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import InitVar, dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn, final
+from typing import TYPE_CHECKING, NoReturn, final
 
 from ._boundary import Boundary
 from ._budget import Budget, BudgetLimits
@@ -159,19 +159,47 @@ class RunContext:
 
     def reserve_model_call(self) -> None:
         """Check the MODEL boundary and reserve one Model call, atomically."""
-        self._reserve(Boundary.MODEL, self.budget._reserve_model_call_locked, ())
+        now = self._now()
+        with self._lock:
+            if self.lifecycle._termination is None and now < self._deadline_ns:
+                refusal = self.budget._reserve_model_call_locked()
+                if refusal is None:
+                    return
+            else:
+                refusal = None
+            # The refusal and the outcome it causes are one decision, under the same lock.
+            ended = self._end_locked(Boundary.MODEL, now, refusal)
+        self._raise(Boundary.MODEL, *ended)
 
     def reserve_tool_call(self, tool: str) -> None:
         """Check the TOOL boundary and reserve one call of ``tool`` (total and per Tool)."""
         # A name already counted was validated when first seen: skip the strip() then.
         if tool.__class__ is not str or (tool not in self.budget._per_tool and not tool.strip()):
             non_blank_str("tool", tool)
-        self._reserve(Boundary.TOOL, self.budget._reserve_tool_call_locked, (tool,))
+        now = self._now()
+        with self._lock:
+            if self.lifecycle._termination is None and now < self._deadline_ns:
+                refusal = self.budget._reserve_tool_call_locked(tool)
+                if refusal is None:
+                    return
+            else:
+                refusal = None
+            ended = self._end_locked(Boundary.TOOL, now, refusal)
+        self._raise(Boundary.TOOL, *ended)
 
     def reserve_bytes(self, n: int) -> None:
         """Check the CAPACITY boundary and reserve ``n`` (> 0) bytes of the run's byte budget."""
         positive_int("n", n)
-        self._reserve(Boundary.CAPACITY, self.budget._reserve_bytes_locked, (n,))
+        now = self._now()
+        with self._lock:
+            if self.lifecycle._termination is None and now < self._deadline_ns:
+                refusal = self.budget._reserve_bytes_locked(n)
+                if refusal is None:
+                    return
+            else:
+                refusal = None
+            ended = self._end_locked(Boundary.CAPACITY, now, refusal)
+        self._raise(Boundary.CAPACITY, *ended)
 
     def record_token_usage(self, *, input_tokens: int, output_tokens: int) -> None:
         """Record a completed Model response's actual usage, as reported, even past a limit.
@@ -196,27 +224,19 @@ class RunContext:
 
     # -- slow paths -------------------------------------------------------------------------------
 
-    def _reserve(
-        self, boundary: Boundary, reserve: Callable[..., str | None], args: tuple[Any, ...]
-    ) -> None:
-        now = self._now()
-        with self._lock:
-            if self.lifecycle._termination is None and now < self._deadline_ns:
-                refusal = reserve(*args)
-                if refusal is None:
-                    return
-                # The refusal and the outcome it causes are one decision, under the same lock.
-                termination, pending = self._end_locked(boundary, now, refusal)
-            else:
-                termination, pending = self._end_locked(boundary, now, None)
-        if pending:
-            self.cancellation._deliver(pending, _SIGNAL[termination.state])
-        raise self._error(termination, boundary)
-
     def _reject(self, boundary: Boundary, now: int) -> NoReturn:
         """The gate's slow path: record TIMED_OUT if first to see the deadline, then raise."""
         with self._lock:
-            termination, pending = self._end_locked(boundary, now, None)
+            ended = self._end_locked(boundary, now, None)
+        self._raise(boundary, *ended)
+
+    def _raise(
+        self,
+        boundary: Boundary,
+        termination: RunTermination,
+        pending: list[CancellationCallback] | None,
+    ) -> NoReturn:
+        """Outside the lock: deliver the callbacks an ending took, then raise the run's error."""
         if pending:
             self.cancellation._deliver(pending, _SIGNAL[termination.state])
         raise self._error(termination, boundary)
