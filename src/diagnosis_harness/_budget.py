@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, final
 
-from ._checkpoint import checkpoint
 from ._generated.tables import BUDGET, BudgetEvent, BudgetState
 from ._machine import TableMachine
 from ._validate import non_blank_str, positive_int
@@ -202,8 +201,8 @@ class Budget:
                 BudgetDimension.PER_TOOL_CALLS,
                 f"{limit} for Tool {tool!r} reached: call {used + 1} refused",
             )
+        # (The step's own checkpoint sits between these checks and the writes below.)
         self._machine.step_locked(_RESERVE, True)
-        checkpoint("budget.reserve_tool_call")  # between the checks and the writes
         # Both counters move together, after both checks: total == sum per Tool, always.
         self._tool_calls = total + 1
         self._per_tool[tool] = used + 1
