@@ -1,0 +1,507 @@
+"""Spin models of the run's concurrency protocol: render them, check them, read what Spin says.
+
+Theory of operation. Three protocols keep a run consistent under threads, and each becomes a
+Promela model that Spin explores exhaustively for a fixed number of racing processes:
+
+* the terminal compare-and-set (:func:`render_terminal_cas`), generated from the lifecycle
+  table (``LIFECYCLE``, i.e. ``model/lifecycle.toml``): every row becomes one option of the
+  locked step, the table's terminal states become the "stable" property. Each racer fires one
+  event of the table, whichever Spin picks, at one shared machine, under the run lock;
+* cancellation callbacks (``promela/callbacks.pml``, hand-written: the protocol is code, not a
+  table): the first signal takes every registered callback under the lock and runs them outside
+  it; a late registration runs inline; ``unregister()`` removes only a callback not yet taken;
+* the budget reservation (``promela/budget.pml``, hand-written): check every limit and bump the
+  total and per-Tool counters in one locked step; a refusal reserves nothing and ends the run.
+
+The run lock is a ``d_step``: one indivisible transition. Each model has a seeded-bug variant
+that breaks exactly that (a read outside the lock, a take outside the lock, check-then-act) and
+which Spin must refute: it shows that the properties can fail, and that this module notices.
+
+Checking: ``spin -a`` writes ``pan.c`` (one never claim per ``ltl`` block), ``gcc -O0`` builds
+it, and ``./pan -a -N <property>`` searches for acceptance cycles against one property at a
+time. ``./pan`` exits 0 even when it finds a violation, so the verdict is the ``errors: N``
+line of its report, never the exit status. Everything happens in a temporary directory; the
+templates are package data, read with :mod:`importlib.resources`, so an installed wheel can
+check itself without the repository's ``model/``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from string import Template
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final, TypedDict, cast, final
+
+from .._generated.tables import LIFECYCLE
+
+if TYPE_CHECKING:
+    import enum
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from .._machine import MachineTable
+
+__all__ = [
+    "INSTALL_HINT",
+    "PROFILES",
+    "ModelResult",
+    "PanReport",
+    "SpinModel",
+    "SpinSummary",
+    "budget_limits",
+    "build_models",
+    "check_model",
+    "parse_pan_output",
+    "render_budget",
+    "render_callbacks",
+    "render_terminal_cas",
+    "run_checks",
+    "spin_unavailable_reason",
+]
+
+PROFILES: Final[Mapping[str, int]] = MappingProxyType({"ci": 5, "deep": 7})
+"""Racers per profile: 5 in CI (a few seconds in all), 7 in the deep run."""
+
+INSTALL_HINT: Final = "apt-get install -y --no-install-recommends spin gcc libc6-dev (see .ci/run)"
+
+CALLBACK_SIGNALLERS: Final = 2
+"""Racers that end the run in the callbacks model; the other racers own one callback each."""
+BUDGET_TOOLS: Final = 2
+"""Tools the reservers of the budget model choose between."""
+
+_PAN_MAX_DEPTH: Final = 1_000_000
+_TIMEOUT_SECONDS: Final = 1_800.0
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ERRORS = re.compile(r"\berrors: (\d+)")
+_STORED = re.compile(r"([0-9][0-9.e+]*) states, stored")
+_DEPTH = re.compile(r"depth reached (\d+)")
+_CLAIM = re.compile(r"never claim\s+\+ \((\w+)\)")
+_PROMELA = files("diagnosis_harness.modelcheck").joinpath("promela")
+
+
+class ModelResult(TypedDict):
+    """One property of one model, as Spin answered."""
+
+    name: str  # the model, e.g. "terminal_cas" or "terminal_cas_seeded_bug"
+    racers: int
+    property: str  # the ltl block's name
+    errors: int | None  # pan's `errors: N`; None when pan did not report (see detail)
+    states_stored: int | None
+    seconds: float  # wall time of this pan search (the model's compile time is not included)
+    expected_violation: bool  # a seeded-bug model: Spin must refute the property
+    ok: bool  # errors == 0 for a real model, errors >= 1 for a seeded bug
+    detail: str | None  # why there is no verdict (spin, gcc or pan failed), else None
+
+
+class SpinSummary(TypedDict):
+    """What :func:`run_checks` returns; ``passed`` only if Spin ran and every result is ok."""
+
+    available: bool
+    reason: str | None  # why Spin could not run, else None
+    profile: str
+    racers: int
+    models: list[ModelResult]
+    passed: bool
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class SpinModel:
+    """A rendered model and the ``ltl`` properties to check it against."""
+
+    name: str
+    racers: int
+    text: str
+    properties: tuple[str, ...]
+    expected_violation: bool = False
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class PanReport:
+    """The figures read off one ``./pan`` report."""
+
+    errors: int | None
+    states_stored: int | None
+    depth: int | None
+    claim: str | None  # the never claim pan says it used
+    truncated: bool  # "max search depth too small": the search was not exhaustive
+
+
+# -- rendering ----------------------------------------------------------------------------------
+
+
+def _conjunction(template: str, indices: Iterable[int]) -> str:
+    return " && ".join(template.format(i=i) for i in indices)
+
+
+def _identifier(kind: str, name: str) -> str:
+    if not _IDENTIFIER.match(name):
+        raise ValueError(f"{kind} {name!r} is not a Promela identifier")
+    return name
+
+
+def _check_racers(racers: int, low: int, high: int, what: str) -> int:
+    if racers.__class__ is not int or not low <= racers <= high:
+        raise ValueError(f"{what} needs {low} to {high} racers, got {racers!r}")
+    return racers
+
+
+def render_terminal_cas(
+    table: MachineTable[Any, Any] = LIFECYCLE, racers: int = 5, *, seeded_bug: bool = False
+) -> str:
+    """The terminal compare-and-set of ``table`` with ``racers`` racers, as Promela.
+
+    Each racer fires one event of the table (Spin tries every choice) at one shared machine.
+    The real model reads the state and writes the row's target in one locked step, like
+    ``Lifecycle._end_locked`` under the run lock; ``seeded_bug`` reads the state outside the
+    lock, so that two racers can both see the initial state and both "win".
+
+    Meant for a table shaped like the lifecycle, whose rows lead from the initial state into
+    terminal ones. Any table renders; on another shape the properties say what does not hold
+    (an event without a row from a non-terminal state fails the model's assertion).
+    """
+    _check_racers(racers, 1, 32, "the terminal compare-and-set")
+    states = list(cast("Iterable[enum.Enum]", table.states))
+    events = list(cast("Iterable[enum.Enum]", table.events))
+    state_names = [_identifier("state", s.name) for s in states]
+    event_names = [_identifier("event", f"e_{e.value}") for e in events]
+    if set(state_names) & set(event_names):
+        raise ValueError(f"{table.name}: state and event names collide in Promela's mtype")
+    terminal = [s.name for s in states if s in table.terminal]
+    guarded = any(row.guard is not None for row in table.rows)
+    is_terminal = " || ".join(f"s == {name}" for name in terminal) or "false"
+
+    lines = [
+        "/*",
+        f" * The terminal compare-and-set of the {table.name} table ({table.source}).",
+        " * GENERATED by diagnosis_harness.modelcheck._spin.render_terminal_cas: do not edit;",
+        " * change the table. Each racer fires one event, whichever Spin picks, at one machine.",
+    ]
+    if seeded_bug:
+        lines.append(" * SEEDED BUG: the state is read outside the lock, then written under it.")
+    else:
+        lines.append(" * The read and the write are one locked step (Lifecycle._end_locked).")
+    lines += [
+        " */",
+        "",
+        f"#define RACERS {racers}",
+        f"#define TERMINAL(s) ({is_terminal})",
+        "",
+        f"mtype = {{ {', '.join(state_names)} }};   /* states */",
+        f"mtype = {{ {', '.join(event_names)} }};   /* events */",
+        "",
+        f"mtype state = {table.initial.name};",
+        "byte winners = 0;      /* racers whose event took the machine into a terminal state */",
+        "byte finished = 0;     /* racers whose finish attempt returned */",
+        "mtype seen[RACERS];    /* the state each racer's attempt reported */",
+        "",
+        "proctype Racer(byte id) {",
+        "    mtype event;",
+        "    mtype cur;",
+    ]
+    if guarded:
+        lines.append("    bool g;   /* the row's guard: data, so Spin tries both values */")
+    lines += [
+        "    atomic {   /* the racer's choice is local: made in the same step */",
+        "        if",
+        *(f"        :: event = {name}" for name in event_names),
+        "        fi;",
+    ]
+    if guarded:
+        lines += ["        if", "        :: g = true", "        :: g = false", "        fi;"]
+    if seeded_bug:
+        lines += [
+            "    };",
+            "    cur = state;   /* BUG: the lock is not held here */",
+            "    atomic {",
+        ]
+    step = ["d_step {   /* under the run lock */"]
+    if not seeded_bug:
+        step.append("    cur = state;")
+    step.append("    if")
+    for row in table.rows:
+        condition = f"cur == {row.source.name} && event == e_{row.event.value}"
+        if row.guard is not None:
+            condition += " && g" if row.expect else " && !g"
+        step.append(f"    :: {condition} -> state = {row.target.name}   /* row {row.index} */")
+    step += [
+        "    :: else -> assert(TERMINAL(cur))   /* absorbed; elsewhere IllegalTransition */",
+        "    fi;",
+        "    if",
+        "    :: !TERMINAL(cur) && TERMINAL(state) -> winners++",
+        "    :: else -> skip",
+        "    fi;",
+        "    seen[id] = state;",
+        "    finished++",
+        "};",
+        "event = 0;",
+        "cur = 0",
+    ]
+    lines += [f"        {line}" for line in step]
+    lines += [
+        "    }",
+        "}",
+        "",
+        "init {",
+        "    byte k;",
+        "    atomic { for (k : 0 .. RACERS - 1) { run Racer(k) } }",
+        "}",
+        "",
+        "/* Once a terminal state is set, it stays set. */",
+        "ltl stable { [] ("
+        + (" && ".join(f"(state == {n} -> [] (state == {n}))" for n in terminal) or "true")
+        + ") }",
+        "/* Exactly one racer's event takes the machine into a terminal state: never two, and",
+        " * one by the time every racer has returned (safety, so a counterexample is short). */",
+        "ltl one_winner { [] (winners <= 1 && (finished < RACERS || winners == 1)) }",
+        "/* Every racer's attempt reports the one outcome that won. */",
+        "ltl same_outcome { [] (finished == RACERS -> ("
+        + _conjunction("seen[{i}] == state", range(racers))
+        + ")) }",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _template(name: str) -> Template:
+    return Template(_PROMELA.joinpath(name).read_text(encoding="utf-8"))
+
+
+def render_callbacks(racers: int = 5, *, seeded_bug: bool = False) -> str:
+    """The cancellation callbacks model: two signallers and ``racers - 2`` callback owners."""
+    _check_racers(racers, CALLBACK_SIGNALLERS + 1, CALLBACK_SIGNALLERS + 8, "the callbacks model")
+    callbacks = range(racers - CALLBACK_SIGNALLERS)
+    return _template("callbacks.pml").substitute(
+        signallers=CALLBACK_SIGNALLERS,
+        callbacks=len(callbacks),
+        seeded_bug=int(seeded_bug),
+        all_once=_conjunction("runs[{i}] <= 1", callbacks),
+        all_delivered=_conjunction("(runs[{i}] == 1 || removed[{i}])", callbacks),
+        all_removed_never_run=_conjunction("(!removed[{i}] || runs[{i}] == 0)", callbacks),
+        all_first_reason=_conjunction("(runs[{i}] == 0 || got[{i}] == reason)", callbacks),
+    )
+
+
+def budget_limits(racers: int) -> tuple[int, int]:
+    """The (total Tool call, per-Tool call) limits of the budget model for ``racers`` reservers.
+
+    Both below the number of reservers, so that both refusals are reachable.
+    """
+    return racers - 2, max(1, (racers - 1) // 2)
+
+
+def render_budget(racers: int = 5, *, seeded_bug: bool = False) -> str:
+    """The budget reservation model: ``racers`` threads each reserve one call of some Tool."""
+    _check_racers(racers, 3, 64, "the budget model")
+    tool_limit, per_tool_limit = budget_limits(racers)
+    tools = range(BUDGET_TOOLS)
+    return _template("budget.pml").substitute(
+        reservers=racers,
+        tools=BUDGET_TOOLS,
+        tool_limit=tool_limit,
+        per_tool_limit=per_tool_limit,
+        seeded_bug=int(seeded_bug),
+        all_per_tool_within=_conjunction("per_tool[{i}] <= PER_TOOL_LIMIT", tools),
+        sum_per_tool=" + ".join(f"per_tool[{i}]" for i in tools),
+        all_frozen_after_end=_conjunction(
+            "(live || tool_calls != {i} || [] (tool_calls == {i}))", range(racers + 1)
+        ),
+    )
+
+
+def build_models(racers: int) -> tuple[SpinModel, ...]:
+    """Every model the checks run, real and seeded-bug, with the properties each is checked on."""
+    return (
+        SpinModel(
+            "terminal_cas",
+            racers,
+            render_terminal_cas(LIFECYCLE, racers),
+            ("stable", "one_winner", "same_outcome"),
+        ),
+        SpinModel(
+            "terminal_cas_seeded_bug",
+            racers,
+            render_terminal_cas(LIFECYCLE, racers, seeded_bug=True),
+            ("stable", "one_winner"),
+            expected_violation=True,
+        ),
+        SpinModel(
+            "callbacks",
+            racers,
+            render_callbacks(racers),
+            ("once", "delivered", "unregistered_never_runs", "first_reason"),
+        ),
+        SpinModel(
+            "callbacks_seeded_bug",
+            racers,
+            render_callbacks(racers, seeded_bug=True),
+            ("once", "unregistered_never_runs"),
+            expected_violation=True,
+        ),
+        SpinModel(
+            "budget",
+            racers,
+            render_budget(racers),
+            ("within_limits", "consistent", "nothing_after_end"),
+        ),
+        SpinModel(
+            "budget_seeded_bug",
+            racers,
+            render_budget(racers, seeded_bug=True),
+            ("within_limits", "nothing_after_end"),
+            expected_violation=True,
+        ),
+    )
+
+
+# -- checking -----------------------------------------------------------------------------------
+
+
+def spin_unavailable_reason() -> str | None:
+    """Why Spin cannot check models here (a missing program), or ``None`` if it can."""
+    missing = [program for program in ("spin", "gcc") if shutil.which(program) is None]
+    if not missing:
+        return None
+    return f"{' and '.join(missing)} not found on PATH: {INSTALL_HINT}"
+
+
+def parse_pan_output(output: str) -> PanReport:
+    """Read ``errors: N``, ``N states, stored``, the depth and the claim off a pan report."""
+    errors = _ERRORS.search(output)
+    stored = _STORED.search(output)
+    depth = _DEPTH.search(output)
+    claim = _CLAIM.search(output)
+    return PanReport(
+        errors=None if errors is None else int(errors.group(1)),
+        states_stored=None if stored is None else int(float(stored.group(1))),
+        depth=None if depth is None else int(depth.group(1)),
+        claim=None if claim is None else claim.group(1),
+        truncated="max search depth too small" in output,
+    )
+
+
+def _run(args: Sequence[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        list(args),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, "LC_ALL": "C"},
+    )
+
+
+def _failed(step: str, result: subprocess.CompletedProcess[str]) -> str:
+    tail = (result.stdout + result.stderr).strip().splitlines()[-5:]
+    return f"{step} exited {result.returncode}: " + " | ".join(tail)
+
+
+def _result(
+    model: SpinModel,
+    prop: str,
+    seconds: float,
+    report: PanReport | None,
+    detail: str | None,
+) -> ModelResult:
+    errors = None if report is None else report.errors
+    if report is not None and detail is None:
+        if errors is None:
+            detail = "pan printed no `errors: N` line"
+        elif report.claim != prop:
+            detail = f"pan checked claim {report.claim!r}, not {prop!r}"
+        elif report.truncated and errors == 0:
+            detail = "max search depth too small: the search was not exhaustive"
+    if detail is not None or errors is None:
+        ok = False
+    else:
+        ok = errors >= 1 if model.expected_violation else errors == 0
+    return ModelResult(
+        name=model.name,
+        racers=model.racers,
+        property=prop,
+        errors=errors,
+        states_stored=None if report is None else report.states_stored,
+        seconds=round(seconds, 3),
+        expected_violation=model.expected_violation,
+        ok=ok,
+        detail=detail,
+    )
+
+
+def check_model(
+    model: SpinModel, *, workdir: Path | None = None, timeout: float = _TIMEOUT_SECONDS
+) -> list[ModelResult]:
+    """Compile ``model`` once and check each of its properties; one result per property.
+
+    Runs in ``workdir`` (a fresh temporary directory by default). Never raises for what Spin,
+    gcc or pan do: a failure becomes a result with ``ok=False`` and a ``detail``.
+    """
+    if workdir is None:
+        with tempfile.TemporaryDirectory(prefix=f"spin-{model.name}-") as tmp:
+            return check_model(model, workdir=Path(tmp), timeout=timeout)
+    source = f"{model.name}.pml"
+    (workdir / source).write_text(model.text, encoding="utf-8")
+    try:
+        for step, args in (
+            ("spin -a", ["spin", "-a", source]),
+            ("gcc", ["gcc", "-O0", "-o", "pan", "pan.c"]),
+        ):
+            built = _run(args, workdir, timeout)
+            if built.returncode != 0:
+                return [
+                    _result(model, p, 0.0, None, _failed(step, built)) for p in model.properties
+                ]
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return [_result(model, p, 0.0, None, f"build failed: {error}") for p in model.properties]
+    results = []
+    for prop in model.properties:
+        started = time.perf_counter()
+        try:
+            # ./pan exits 0 whether or not it found a violation: the report is the verdict.
+            searched = _run(["./pan", "-a", f"-m{_PAN_MAX_DEPTH}", "-N", prop], workdir, timeout)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            seconds = time.perf_counter() - started
+            results.append(_result(model, prop, seconds, None, f"pan failed: {error}"))
+            continue
+        seconds = time.perf_counter() - started
+        report = parse_pan_output(searched.stdout)
+        detail = None
+        if report.errors is None and searched.returncode != 0:
+            detail = _failed("pan", searched)
+        results.append(_result(model, prop, seconds, report, detail))
+    return results
+
+
+def run_checks(profile: str, racers: int | None = None) -> SpinSummary:
+    """Check every model with the profile's racers (``ci``: 5, ``deep``: 7) or ``racers``.
+
+    When Spin or gcc is missing, returns ``available=False``, the reason and no results, and
+    ``passed=False``: nothing was shown.
+    """
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
+    count = PROFILES[profile] if racers is None else racers
+    models = build_models(count)  # before looking for Spin: bad racers fail the same everywhere
+    reason = spin_unavailable_reason()
+    if reason is not None:
+        return SpinSummary(
+            available=False, reason=reason, profile=profile, racers=count, models=[], passed=False
+        )
+    results = [result for model in models for result in check_model(model)]
+    return SpinSummary(
+        available=True,
+        reason=None,
+        profile=profile,
+        racers=count,
+        models=results,
+        passed=bool(results) and all(result["ok"] for result in results),
+    )

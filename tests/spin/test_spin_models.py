@@ -1,0 +1,318 @@
+"""Spin: the terminal compare-and-set, the callbacks and the budget reservation, 5 racers each.
+
+Every real model must hold each property (``errors: 0``) and every seeded-bug model must be
+refuted (``errors: N`` with N >= 1). The verdict is read off pan's report: pan exits 0 either
+way. Without Spin and gcc the checks skip, naming the install line; the rendering and the
+report parsing are tested everywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+import pytest
+
+from diagnosis_harness._generated.tables import LIFECYCLE, LifecycleEvent, RunState
+from diagnosis_harness._machine import MachineTable, Row
+from diagnosis_harness.modelcheck import _spin
+from diagnosis_harness.modelcheck._spin import (
+    PROFILES,
+    SpinModel,
+    build_models,
+    check_model,
+    parse_pan_output,
+    render_budget,
+    render_callbacks,
+    render_terminal_cas,
+    run_checks,
+    spin_unavailable_reason,
+)
+
+if TYPE_CHECKING:
+    from diagnosis_harness.modelcheck._spin import ModelResult
+
+TERMINAL = "A Run SHALL have exactly one terminal outcome"
+DEADLINE = "Deadline and cancellation SHALL stop subsequent controlled work"
+BUDGET = "Run budgets SHALL be explicit, thread-safe, and observable"
+RACERS = PROFILES["ci"]
+
+_MISSING = spin_unavailable_reason()
+needs_spin = pytest.mark.skipif(
+    _MISSING is not None,
+    reason=f"Spin is not installed: {_MISSING or ''}",
+)
+MODELS = {model.name: model for model in build_models(RACERS)}
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[tuple[str, str], ModelResult]:
+    """Every (model, property) of the CI profile, checked once for the whole module."""
+    return {
+        (result["name"], result["property"]): result
+        for model in MODELS.values()
+        for result in check_model(model)
+    }
+
+
+def _cases(name: str) -> list[str]:
+    return list(MODELS[name].properties)
+
+
+def _holds(result: ModelResult) -> None:
+    assert result["detail"] is None, result
+    assert result["errors"] == 0, result
+    assert result["states_stored"], result
+    assert result["ok"], result
+
+
+def _refuted(result: ModelResult) -> None:
+    assert result["detail"] is None, result
+    assert result["errors"] is not None, result
+    assert result["errors"] >= 1, result
+    assert result["ok"], result
+
+
+# -- the real models hold, the seeded bugs are refuted -----------------------------------------
+
+
+@needs_spin
+@pytest.mark.model_check
+@pytest.mark.spec(TERMINAL, "Success wins a terminal race")
+@pytest.mark.spec(TERMINAL, "Budget exhaustion wins a terminal race")
+@pytest.mark.parametrize("prop", _cases("terminal_cas"))
+def test_terminal_cas_holds(results: dict[tuple[str, str], ModelResult], prop: str) -> None:
+    result = results["terminal_cas", prop]
+    _holds(result)
+    assert result["racers"] == RACERS
+
+
+@needs_spin
+@pytest.mark.model_check
+@pytest.mark.parametrize("prop", _cases("terminal_cas_seeded_bug"))
+def test_terminal_cas_seeded_bug_is_refuted(
+    results: dict[tuple[str, str], ModelResult], prop: str
+) -> None:
+    _refuted(results["terminal_cas_seeded_bug", prop])
+
+
+@needs_spin
+@pytest.mark.model_check
+@pytest.mark.spec(DEADLINE, "Client disconnects")
+@pytest.mark.parametrize("prop", _cases("callbacks"))
+def test_callbacks_hold(results: dict[tuple[str, str], ModelResult], prop: str) -> None:
+    _holds(results["callbacks", prop])
+
+
+@needs_spin
+@pytest.mark.model_check
+@pytest.mark.parametrize("prop", _cases("callbacks_seeded_bug"))
+def test_callbacks_seeded_bug_is_refuted(
+    results: dict[tuple[str, str], ModelResult], prop: str
+) -> None:
+    _refuted(results["callbacks_seeded_bug", prop])
+
+
+@needs_spin
+@pytest.mark.model_check
+@pytest.mark.spec(BUDGET, "Per-Tool budget is exhausted")
+@pytest.mark.parametrize("prop", _cases("budget"))
+def test_budget_holds(results: dict[tuple[str, str], ModelResult], prop: str) -> None:
+    _holds(results["budget", prop])
+
+
+@needs_spin
+@pytest.mark.model_check
+@pytest.mark.parametrize("prop", _cases("budget_seeded_bug"))
+def test_budget_seeded_bug_is_refuted(
+    results: dict[tuple[str, str], ModelResult], prop: str
+) -> None:
+    _refuted(results["budget_seeded_bug", prop])
+
+
+def test_every_model_is_checked_on_the_properties_the_issue_names() -> None:
+    assert set(MODELS["terminal_cas"].properties) >= {"stable", "one_winner"}
+    assert "once" in MODELS["callbacks"].properties
+    assert "within_limits" in MODELS["budget"].properties
+    for model in MODELS.values():
+        for prop in model.properties:
+            assert f"ltl {prop} {{" in model.text, (model.name, prop)
+        bug = model.name.endswith("_seeded_bug")
+        assert model.expected_violation is bug, model.name
+
+
+# -- the terminal compare-and-set is the lifecycle table ---------------------------------------
+
+
+def _with_rows(
+    table: MachineTable[RunState, LifecycleEvent],
+    rows: tuple[Row[RunState, LifecycleEvent], ...],
+    terminal: frozenset[RunState],
+) -> MachineTable[RunState, LifecycleEvent]:
+    transitions: dict[tuple[RunState, LifecycleEvent], tuple[Row[RunState, LifecycleEvent], ...]]
+    transitions = {}
+    for row in rows:
+        transitions[row.source, row.event] = (*transitions.get((row.source, row.event), ()), row)
+    return dataclasses.replace(
+        table, rows=rows, terminal=terminal, transitions=MappingProxyType(transitions)
+    )
+
+
+def test_terminal_cas_is_rendered_from_the_table() -> None:
+    text = render_terminal_cas(LIFECYCLE, RACERS)
+    for row in LIFECYCLE.rows:
+        assert (
+            f":: cur == {row.source.name} && event == e_{row.event.value} -> "
+            f"state = {row.target.name}   /* row {row.index} */"
+        ) in text
+    for state in LIFECYCLE.terminal:
+        assert f"(state == {state.name} -> [] (state == {state.name}))" in text
+    assert f"mtype state = {LIFECYCLE.initial.name};" in text
+    assert f"#define RACERS {RACERS}" in text
+
+    # Another set of terminal states is another model.
+    fewer = _with_rows(LIFECYCLE, LIFECYCLE.rows, LIFECYCLE.terminal - {RunState.SUCCESS})
+    changed = render_terminal_cas(fewer, RACERS)
+    assert changed != text
+    assert "state == SUCCESS -> [] (state == SUCCESS)" not in changed
+    assert "s == SUCCESS ||" not in changed
+
+
+def test_the_seeded_bug_differs_only_in_where_the_state_is_read() -> None:
+    real = render_terminal_cas(LIFECYCLE, RACERS).splitlines()
+    bug = render_terminal_cas(LIFECYCLE, RACERS, seeded_bug=True).splitlines()
+    added = [line.strip() for line in bug if line not in real]
+    removed = [line.strip() for line in real if line not in bug]
+    assert "cur = state;   /* BUG: the lock is not held here */" in added
+    assert removed[-1] == "cur = state;"
+
+
+@needs_spin
+@pytest.mark.model_check
+def test_spin_refutes_a_table_whose_terminal_state_can_be_left() -> None:
+    # A copy of the lifecycle table with a row out of SUCCESS (the generator refuses one).
+    leaving = Row(
+        index=len(LIFECYCLE.rows) + 1,
+        source=RunState.SUCCESS,
+        event=LifecycleEvent.FAIL,
+        target=RunState.FAILED,
+        guard=None,
+        expect=True,
+        requirement=TERMINAL,
+    )
+    table = _with_rows(LIFECYCLE, (*LIFECYCLE.rows, leaving), LIFECYCLE.terminal)
+    model = SpinModel("leaving_terminal", 3, render_terminal_cas(table, 3), ("stable",))
+    [result] = check_model(model)
+    assert result["errors"] is not None
+    assert result["errors"] >= 1
+    assert not result["ok"]
+
+
+@needs_spin
+@pytest.mark.model_check
+def test_spin_refutes_a_table_with_an_unmarked_dead_end() -> None:
+    # SUCCESS is no longer terminal but has no row out: a later event is an IllegalTransition.
+    table = _with_rows(LIFECYCLE, LIFECYCLE.rows, LIFECYCLE.terminal - {RunState.SUCCESS})
+    model = SpinModel("dead_end", 2, render_terminal_cas(table, 2), ("stable",), True)
+    [result] = check_model(model)
+    _refuted(result)
+
+
+# -- reading pan ---------------------------------------------------------------------------------
+
+_REFUTED = """\
+pan: ltl formula once
+pan:1: assertion violated  !( !((runs[0]<=1))) (at depth 58)
+pan: wrote callbacks_seeded_bug.pml.trail
+
+(Spin Version 6.5.2 -- 6 December 2019)
+Warning: Search not completed
+	+ Partial Order Reduction
+
+Full statespace search for:
+	never claim         	+ (once)
+	assertion violations	+ (if within scope of claim)
+	acceptance   cycles 	+ (fairness disabled)
+	invalid end states	- (disabled by never claim)
+
+State-vector 80 byte, depth reached 121, errors: 1
+      242 states, stored
+       27 states, matched
+"""
+
+
+def test_pan_report_is_read_from_its_lines() -> None:
+    report = parse_pan_output(_REFUTED)
+    assert report.errors == 1
+    assert report.states_stored == 242
+    assert report.depth == 121
+    assert report.claim == "once"
+    assert not report.truncated
+    big = parse_pan_output("errors: 0\n 1.16404e+06 states, stored\n")
+    assert big.states_stored == 1_164_040
+    assert parse_pan_output("pan: out of memory\n").errors is None
+
+
+@needs_spin
+@pytest.mark.model_check
+def test_the_verdict_is_the_errors_line_not_the_exit_status() -> None:
+    text = "byte x = 0;\nactive proctype P() { x = 2 }\nltl small { [] (x < 2) }\n"
+    # A real model that fails is not ok; the same model as a seeded bug is.
+    [failing] = check_model(SpinModel("tiny", 1, text, ("small",)))
+    assert failing["errors"] == 1
+    assert not failing["ok"]
+    [refuted] = check_model(SpinModel("tiny", 1, text, ("small",), expected_violation=True))
+    assert refuted["ok"]
+    # A model Spin cannot parse has no verdict at all.
+    [broken] = check_model(SpinModel("broken", 1, "proctype {", ("small",)))
+    assert broken["errors"] is None
+    assert not broken["ok"]
+    assert broken["detail"] is not None
+    assert broken["detail"].startswith("spin -a exited")
+
+
+# -- availability and profiles ------------------------------------------------------------------
+
+
+def test_without_spin_the_checks_report_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shutil, "which", lambda _name: None)
+    summary = run_checks("ci")
+    assert summary["available"] is False
+    assert summary["passed"] is False
+    assert summary["models"] == []
+    assert summary["reason"] is not None
+    assert "apt-get install -y --no-install-recommends spin gcc libc6-dev" in summary["reason"]
+    assert summary["racers"] == 5
+
+
+def test_profiles_and_racer_bounds() -> None:
+    assert dict(PROFILES) == {"ci": 5, "deep": 7}
+    with pytest.raises(ValueError, match="profile must be one of"):
+        run_checks("nightly")
+    with pytest.raises(ValueError, match="racers"):
+        render_callbacks(2)
+    with pytest.raises(ValueError, match="racers"):
+        render_budget(2)
+    with pytest.raises(ValueError, match="racers"):
+        render_terminal_cas(LIFECYCLE, 0)
+    assert "#define CALLBACKS 5" in render_callbacks(7)
+    tool_limit, per_tool_limit = _spin.budget_limits(RACERS)
+    assert f"#define TOOL_LIMIT {tool_limit}" in render_budget(RACERS)
+    assert f"#define PER_TOOL_LIMIT {per_tool_limit}" in render_budget(RACERS)
+    assert tool_limit < RACERS
+    assert per_tool_limit * 2 < RACERS
+
+
+@needs_spin
+@pytest.mark.model_check
+def test_run_checks_summarises_every_result() -> None:
+    summary = run_checks("ci", racers=3)
+    assert summary["available"] is True
+    assert summary["reason"] is None
+    assert summary["racers"] == 3
+    assert {(r["name"], r["property"]) for r in summary["models"]} == {
+        (model.name, prop) for model in build_models(3) for prop in model.properties
+    }
+    assert summary["passed"] is True, [r for r in summary["models"] if not r["ok"]]
