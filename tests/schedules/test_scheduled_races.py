@@ -1,0 +1,236 @@
+"""The run's races under the deterministic scheduler: every schedule of two and three actors,
+Hypothesis-chosen schedules of four and six, and the unlocked variant of each, which must fail.
+
+Each schedule builds a fresh run whose lock is a :class:`SchedLock`; the scenario's invariant is
+checked after the schedule completes (see :mod:`diagnosis_harness.modelcheck._scheduler`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING
+
+import pytest
+from hypothesis import event, given
+from hypothesis import strategies as st
+
+from diagnosis_harness.modelcheck._scheduler import (
+    RACERS,
+    Scenario,
+    capacity_race,
+    explore,
+    registration_race,
+    reservation_race,
+    run_checks,
+    search,
+    terminal_race,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+TERMINAL = "A Run SHALL have exactly one terminal outcome"
+DEADLINE = "Deadline and cancellation SHALL stop subsequent controlled work"
+BUDGETS = "Run budgets SHALL be explicit, thread-safe, and observable"
+CAPACITY = "Tool invocation key and Run capacity primitives SHALL be safe and store-independent"
+
+SUCCESS_WINS = pytest.mark.spec(TERMINAL, "Success wins a terminal race")
+BUDGET_WINS = pytest.mark.spec(TERMINAL, "Budget exhaustion wins a terminal race")
+CLIENT_DISCONNECTS = pytest.mark.spec(DEADLINE, "Client disconnects")
+PER_TOOL = pytest.mark.spec(BUDGETS, "Per-Tool budget is exhausted")
+BYTE_LIMIT = pytest.mark.spec(CAPACITY, "Run byte limit would be exceeded")
+
+pytestmark = pytest.mark.model_check
+
+
+def _marks(racers: Sequence[str]) -> list[pytest.MarkDecorator]:
+    marks = []
+    if "succeed" in racers:
+        marks.append(SUCCESS_WINS)
+    if "budget" in racers:
+        marks.append(BUDGET_WINS)
+    if "cancel_client" in racers:
+        marks.append(CLIENT_DISCONNECTS)
+    return marks
+
+
+PAIRS = [
+    pytest.param(pair, marks=_marks(pair), id="+".join(pair))
+    for pair in itertools.combinations(RACERS, 2)
+]
+TRIPLES = [
+    pytest.param(triple, marks=_marks(triple), id="+".join(triple))
+    for triple in (
+        ("succeed", "fail", "cancel_user"),  # the spec's "success wins" race
+        ("budget", "fail", "deadline"),  # the spec's "budget exhaustion wins" race
+        ("cancel_client", "deadline", "budget"),
+    )
+]
+
+
+def _assert_clean(scenario: Scenario, *, release_points: bool = False) -> set[str]:
+    """Every schedule of ``scenario`` with the real lock keeps its invariant; the outcomes seen."""
+    result = explore(scenario, release_points=release_points)
+    assert result.complete
+    assert result.violations == 0, (result.first_violation, result.first_violation_trace)
+    assert result.schedules == sum(result.outcomes.values()) > 1
+    return set(result.outcomes)
+
+
+# -- N racers finishing one run -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("release_points", [False, True], ids=["sections", "release-points"])
+@pytest.mark.parametrize("racers", PAIRS)
+def test_every_schedule_of_two_racers_gives_one_outcome_and_one_winner(
+    racers: tuple[str, str], release_points: bool
+) -> None:
+    """Any two ways of ending one run: one terminal outcome, one winner, each callback once.
+
+    And each racer wins in some schedule: the enumeration reaches both orders.
+    """
+    assert _assert_clean(terminal_race(*racers), release_points=release_points) == set(racers)
+
+
+@pytest.mark.parametrize("racers", TRIPLES)
+def test_every_schedule_of_three_racers_gives_one_outcome_and_one_winner(
+    racers: tuple[str, str, str],
+) -> None:
+    """Includes every schedule where success (or budget exhaustion) is recorded first: the later
+    finish attempts then report ``changed=False`` and see the same ``RunTermination`` (state,
+    reason, timestamp), the cancel returns False, and the callbacks ran once, for the winner."""
+    assert _assert_clean(terminal_race(*racers)) == set(racers)
+
+
+@SUCCESS_WINS
+@BUDGET_WINS
+@CLIENT_DISCONNECTS
+@given(st.data())
+def test_six_racers_under_hypothesis_chosen_schedules(data: st.DataObject) -> None:
+    """``succeed``, ``fail``, two cancels, a deadline check and a budget refusal, all at once."""
+    winner = terminal_race(*RACERS).run(lambda runnable: data.draw(st.sampled_from(runnable)))
+    event(f"winner: {winner}")
+
+
+# -- callback registration racing cancellation ----------------------------------------------------
+
+
+@CLIENT_DISCONNECTS
+@pytest.mark.parametrize(
+    ("registrars", "per_registrar"), [(1, 1), (1, 2), (2, 1)], ids=["1x1", "1x2", "2x1"]
+)
+def test_every_schedule_of_registration_racing_a_disconnect_runs_each_callback_once(
+    registrars: int, per_registrar: int
+) -> None:
+    """Early callbacks run on the cancelling thread, late ones inline; none twice, none lost;
+    later Model and Tool boundaries are rejected and the run is CANCELLED once."""
+    outcomes = _assert_clean(registration_race(registrars, per_registrar))
+    callbacks = registrars * per_registrar
+    assert {"0 late", f"{callbacks} late"} <= outcomes  # all early, and all late, both reached
+
+
+# -- per-Tool and total reservations racing -------------------------------------------------
+
+
+@PER_TOOL
+@pytest.mark.parametrize(
+    ("plans", "tool_calls", "per_tool_calls", "exhausted"),
+    [
+        pytest.param([["a"], ["a"]], 2, 1, {"per_tool_calls"}, id="same-tool"),
+        pytest.param([["a", "b"], ["b"]], 2, 2, {"tool_calls"}, id="total"),
+        pytest.param(
+            [["a"], ["a"], ["b"]], 2, 1, {"per_tool_calls", "tool_calls"}, id="both-limits"
+        ),
+        pytest.param([["a"], ["b"]], 2, 1, {"all granted"}, id="within"),
+    ],
+)
+def test_every_schedule_of_racing_reservations_keeps_the_counters_exact(
+    plans: list[list[str]], tool_calls: int, per_tool_calls: int, exhausted: set[str]
+) -> None:
+    """Never over-reserved, total == sum per Tool == granted calls, refusals reserve nothing,
+    and a refusal ends the run as BUDGET_EXHAUSTED on a limit that is really reached."""
+    scenario = reservation_race(plans, tool_calls=tool_calls, per_tool_calls=per_tool_calls)
+    assert _assert_clean(scenario) == exhausted
+
+
+# -- capacity reservations racing -----------------------------------------------------------------
+
+
+@BYTE_LIMIT
+@pytest.mark.parametrize(
+    ("sizes", "limit", "usages"),
+    [
+        pytest.param([[3], [3]], 5, {"used 3"}, id="one-fits"),
+        pytest.param([[2, 3], [3]], 5, {"used 5"}, id="sequence"),
+        pytest.param([[3], [2], [2]], 5, {"used 4", "used 5"}, id="three"),
+    ],
+)
+def test_every_schedule_of_racing_capacity_reservations_stays_within_the_limit(
+    sizes: list[list[int]], limit: int, usages: set[str]
+) -> None:
+    """Never above the limit, used == sum of the accepted, every refusal justified."""
+    assert _assert_clean(capacity_race(sizes, limit=limit)) == usages
+
+
+# -- the unlocked variants: the checks must find each race ---------------------------------------
+
+UNLOCKED = [
+    pytest.param(terminal_race("succeed", "fail"), marks=SUCCESS_WINS, id="succeed+fail"),
+    pytest.param(terminal_race("budget", "fail"), marks=BUDGET_WINS, id="budget+fail"),
+    pytest.param(
+        terminal_race("cancel_client", "deadline"), marks=CLIENT_DISCONNECTS, id="cancel+deadline"
+    ),
+    pytest.param(
+        terminal_race("succeed", "fail", "cancel_user"), marks=SUCCESS_WINS, id="three-racers"
+    ),
+    pytest.param(registration_race(2, 1), marks=CLIENT_DISCONNECTS, id="registration"),
+    pytest.param(
+        reservation_race([["a"], ["a"]], tool_calls=2, per_tool_calls=1),
+        marks=PER_TOOL,
+        id="per-tool",
+    ),
+    pytest.param(
+        reservation_race([["a", "b"], ["b"]], tool_calls=2, per_tool_calls=2),
+        marks=PER_TOOL,
+        id="total",
+    ),
+    pytest.param(capacity_race([[3], [3]], limit=5), marks=BYTE_LIMIT, id="capacity"),
+]
+
+
+@pytest.mark.parametrize("release_points", [False, True], ids=["sections", "release-points"])
+@pytest.mark.parametrize("scenario", UNLOCKED)
+def test_the_enumerator_finds_the_race_of_each_unlocked_variant(
+    scenario: Scenario, release_points: bool
+) -> None:
+    """``SchedLock(exclusive=False)`` as the run's lock: some schedule breaks the invariant."""
+    result = explore(
+        scenario, locked=False, release_points=release_points, stop_at_first_violation=True
+    )
+    assert result.violations == 1, "no schedule of the unlocked variant broke the invariant"
+    assert result.first_violation_trace  # the schedule that did, for the failure message
+
+
+@SUCCESS_WINS
+@BUDGET_WINS
+def test_hypothesis_finds_the_race_of_the_unlocked_six_racer_run() -> None:
+    result = search(terminal_race(*RACERS), locked=False, max_examples=100)
+    assert result.violations > 0
+    assert result.first_violation is not None
+    assert "claim the win" in result.first_violation
+
+
+def test_the_command_lines_checks_pass_and_find_every_unlocked_race() -> None:
+    summary = run_checks("ci")
+    assert summary["passed"] is True, [d for d in summary["details"] if not d["passed"]]
+    assert summary["scenarios"] == len(summary["details"]) > 0
+    assert summary["races_found_in_unlocked_variants"] == summary["scenarios"]
+    assert summary["schedules"] > 1_000
+    actors = {detail["actors"] for detail in summary["details"]}
+    assert {2, 3} <= actors
+    assert max(actors) >= 4
+    for detail in summary["details"]:
+        assert detail["locked"]["violations"] == 0
+        assert detail["unlocked"]["first_violation_trace"]
+    with pytest.raises(ValueError, match="profile"):
+        run_checks("fast")
