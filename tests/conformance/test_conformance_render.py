@@ -1,0 +1,511 @@
+"""The three renderings of one report (JSON, Markdown, HTML), its diagrams, and the HTML page in a
+real headless browser (Debian's chromium), whose screenshot is kept as reports/ artifact."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import xml.etree.ElementTree as ET
+import zlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from diagnosis_harness.conformance import (
+    REPORT_FILES,
+    ConformanceReport,
+    ParsedSpec,
+    TestResult,
+    build_report,
+    default_tables,
+    load_spec,
+    parse_spec,
+    render_html,
+    render_json,
+    render_markdown,
+    render_svg,
+    report_dict,
+    table_coverage,
+    write_reports,
+)
+
+if TYPE_CHECKING:
+    from diagnosis_harness.conformance import TestOutcome
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+MARKDOWN = REPO / "specs" / "diagnosis-harness-run-context" / "spec.md"
+REPORTS = REPO / "reports"
+SCREENSHOT = REPORTS / "conformance-screenshot.png"
+COVERAGE = {
+    "lifecycle": {1: 40, 2: 12, 3: 7, 4: 3},  # 5: never
+    "budget": {1: 300, 2: 4, 3: 50},  # 4: never
+    "retry": {1: 100, 2: 3, 3: 60, 4: 30, 5: 10, 6: 30},  # 7: never
+}
+NEVER = {"lifecycle": [5], "budget": [4], "retry": [7]}
+
+
+@pytest.fixture(scope="module")
+def parsed() -> ParsedSpec:
+    return load_spec(MARKDOWN)
+
+
+def _sample(parsed: ParsedSpec, coverage: dict[str, dict[int, int]] | None = COVERAGE) -> Any:
+    """Every outcome at least once, model checks, one unknown mark, and transition coverage."""
+    results: list[TestResult] = []
+    for i, scenario in enumerate(parsed.spec.scenarios):
+        if i == 15:
+            continue  # uncovered
+        outcome: TestOutcome = "failed" if i == 2 else "skipped" if i == 5 else "passed"
+        name = scenario.slug.replace("-", "_")
+        results.append(
+            TestResult(
+                nodeid=f"tests/test_sample.py::test_{name}",
+                requirement=scenario.requirement,
+                scenario=scenario.name,
+                outcome=outcome,
+                duration=0.002,
+            )
+        )
+        if i % 4 == 0:
+            results.append(
+                TestResult(
+                    nodeid=f"tests/stateful/test_model.py::TestMachine::runTest[{i}]",
+                    requirement=scenario.requirement,
+                    scenario=scenario.name,
+                    outcome="passed",
+                    model_check=True,
+                    duration=0.5,
+                )
+            )
+    results.append(
+        TestResult(
+            nodeid="tests/test_sample.py::test_typo",
+            requirement="A Run SHALL have exactly one terminal outcome",
+            scenario="Success wins the terminal race",
+            outcome="passed",
+        )
+    )
+    return build_report(parsed, results, coverage=coverage, version="1.2.3")
+
+
+@pytest.fixture(scope="module")
+def report(parsed: ParsedSpec) -> ConformanceReport:
+    sample: ConformanceReport = _sample(parsed)
+    return sample
+
+
+# --- JSON ----------------------------------------------------------------------------------------
+
+
+def test_json_is_shaped_like_openspec_validate(report: ConformanceReport) -> None:
+    document = json.loads(render_json(report))
+    assert document == report_dict(report)
+    assert {"items", "summary", "version"} <= set(document)
+    assert document["version"] == "1.2.3"
+    [item] = document["items"]
+    assert (item["id"], item["type"], item["valid"], item["issues"]) == (
+        "diagnosis-harness-run-context",
+        "spec",
+        True,
+        [],
+    )
+    summary = document["summary"]
+    assert summary["totals"] == {"items": 1, "passed": 1, "failed": 0}
+    assert summary["byType"] == {"spec": {"items": 1, "passed": 1, "failed": 0}}
+    assert summary["scenarios"] == {
+        "total": 16,
+        "passed": 13,
+        "failed": 1,
+        "skipped": 1,
+        "uncovered": 1,
+        "tested": 13,
+        "model_checked": 4,
+    }
+    assert summary["requirements"]["total"] == 8
+    assert summary["tests"] == {
+        "total": 19,
+        "passed": 17,
+        "failed": 1,
+        "skipped": 1,
+        "model_checks": 4,
+    }
+    assert summary["unknown"] == 1
+    assert summary["all_passed"] is False
+
+
+def test_json_lists_every_scenario_with_its_tests_and_outcome(
+    report: ConformanceReport, parsed: ParsedSpec
+) -> None:
+    [item] = json.loads(render_json(report))["items"]
+    requirements = item["requirements"]
+    assert [r["name"] for r in requirements] == [r.name for r in parsed.spec.requirements]
+    assert [r["id"] for r in requirements] == [r.id for r in parsed.spec.requirements]
+    scenarios = [s for r in requirements for s in r["scenarios"]]
+    assert [s["id"] for s in scenarios] == [s.id for s in parsed.spec.scenarios]
+    for scenario in scenarios:
+        assert set(scenario) >= {"id", "name", "outcome", "tested", "model_checked", "tests"}
+        assert scenario["outcome"] in {"passed", "failed", "skipped", "uncovered"}
+        assert isinstance(scenario["tested"], bool)
+        assert isinstance(scenario["model_checked"], bool)
+        for test in scenario["tests"]:
+            assert set(test) == {"nodeid", "outcome", "model_check", "duration"}
+    first = scenarios[0]
+    assert (first["outcome"], first["tested"], first["model_checked"]) == ("passed", True, True)
+    assert [t["model_check"] for t in first["tests"]] == [False, True]
+    assert scenarios[2]["outcome"] == "failed"
+    assert scenarios[5]["outcome"] == "skipped"
+    assert (scenarios[15]["outcome"], scenarios[15]["tests"]) == ("uncovered", [])
+    [unknown] = json.loads(render_json(report))["unknown"]
+    assert unknown["nodeid"] == "tests/test_sample.py::test_typo"
+    assert "Success wins a terminal race" in unknown["hint"]
+
+
+def test_json_coverage_per_table(report: ConformanceReport) -> None:
+    coverage = json.loads(render_json(report))["coverage"]
+    assert list(coverage) == ["lifecycle", "budget", "retry"]
+    for name, table in coverage.items():
+        assert table["uncovered"] == NEVER[name]
+        assert table["recorded"] is True
+        for row in table["rows"]:
+            assert set(row) == {
+                "index",
+                "source",
+                "event",
+                "guard",
+                "expect",
+                "target",
+                "requirement",
+                "count",
+            }
+            assert row["count"] == COVERAGE[name].get(row["index"], 0)
+    assert coverage["lifecycle"]["unreached_states"] == ["BUDGET_EXHAUSTED"]
+    assert coverage["retry"]["rows"][3]["guard"] == "retry_allowed"
+    assert coverage["retry"]["terminal"] == ["SUCCEEDED", "FAILED", "STOPPED"]
+
+
+def test_json_without_coverage_has_no_counts(parsed: ParsedSpec) -> None:
+    coverage = json.loads(render_json(_sample(parsed, None)))["coverage"]
+    for table in coverage.values():
+        assert table["recorded"] is False
+        assert table["uncovered"] == []
+        assert {row["count"] for row in table["rows"]} == {None}
+
+
+def test_json_issues_of_an_invalid_spec() -> None:
+    parsed = load_spec(HERE / "fixtures" / "specs" / "duplicate-requirement" / "spec.md")
+    document = json.loads(render_json(build_report(parsed, [], tables=())))
+    [item] = document["items"]
+    assert item["valid"] is False
+    [issue] = item["issues"]
+    assert issue["level"] == "ERROR"
+    assert issue["path"] == "file"
+    assert issue["line"] == 27
+    assert issue["message"].startswith('Requirement header "### Requirement: Thing works"')
+    assert document["summary"]["totals"] == {"items": 1, "passed": 0, "failed": 1}
+    missing = load_spec(HERE / "fixtures" / "specs" / "missing-purpose" / "spec.md")
+    [no_line] = json.loads(render_json(build_report(missing, [], tables=())))["items"][0]["issues"]
+    assert "line" not in no_line  # as OpenSpec: no line, no key
+
+
+# --- Markdown ------------------------------------------------------------------------------------
+
+SCENARIO_HEADER = "| Scenario | Outcome | Tested | Model-checked | Tests |"
+
+
+def _unescaped_pipes(line: str) -> int:
+    return len(re.findall(r"(?<!\\)\|", line))
+
+
+def test_markdown_has_one_table_per_requirement(
+    report: ConformanceReport, parsed: ParsedSpec
+) -> None:
+    text = render_markdown(report)
+    lines = text.splitlines()
+    assert text.count(SCENARIO_HEADER) == 8
+    for requirement in parsed.spec.requirements:
+        heading = lines.index(f"### {requirement.name}")
+        header = lines.index(SCENARIO_HEADER, heading)
+        assert lines[header + 1] == "|---|---|---|---|---|"
+        rows = lines[header + 2 : header + 2 + len(requirement.scenarios)]
+        for row, scenario in zip(rows, requirement.scenarios, strict=True):
+            assert row.startswith(f"| {scenario.name} | ")
+            assert _unescaped_pipes(row) == 6
+    context = next(line for line in lines if line.startswith("| Context crosses"))
+    assert context.startswith(
+        "| Context crosses an asynchronous boundary | passed | passed (1) | passed (1) | "
+    )
+    assert "`tests/stateful/test_model.py::TestMachine::runTest[0]` passed, model check" in context
+    failed = next(line for line in lines if line.startswith("| Deadline expires"))
+    assert "| **failed** | **failed** (1) | — |" in failed
+    uncovered = next(line for line in lines if line.startswith("| Stage 2 implementation"))
+    assert uncovered == "| Stage 2 implementation completes | **uncovered** | — | — | — |"
+
+
+def test_markdown_summary_problems_unknown_and_coverage(report: ConformanceReport) -> None:
+    text = render_markdown(report)
+    assert text.startswith("# Conformance report: `diagnosis-harness-run-context`\n")
+    assert "| Scenarios | 16 | 13 | 1 | 1 | 1 | 13 | 4 |" in text
+    assert "## Marks naming no scenario" in text
+    assert "`tests/test_sample.py::test_typo`" in text
+    assert text.count("| # | Source | Event | Guard | Target | Requirement | Count |") == 3
+    assert "| 5 | RUNNING | exhaust_budget |  | BUDGET_EXHAUSTED |" in text
+    assert "| **never** |" in text
+    assert "| 4 | ATTEMPTING | fail | retry_allowed | AWAITING_RETRY |" in text
+    assert "never taken: #7." in text
+    assert text.endswith("\n")
+    assert not text.endswith("\n\n")
+
+
+def test_markdown_escapes_cells() -> None:
+    spec = parse_spec(
+        "# esc Specification\n\n## Purpose\n\nA purpose long enough for the validator to be "
+        "quiet about it.\n\n## Requirements\n\n### Requirement: Pipes | and <b>tags</b>\n\n"
+        "It SHALL escape.\n\n#### Scenario: A | B\n\n- **WHEN** x\n- **THEN** y\n"
+    )
+    result = TestResult(
+        nodeid="t.py::test[a|<b>]",
+        requirement="Pipes | and <b>tags</b>",
+        scenario="A | B",
+        outcome="passed",
+    )
+    text = render_markdown(build_report(spec, [result], tables=()))
+    row = next(line for line in text.splitlines() if line.startswith("| A \\| B"))
+    assert _unescaped_pipes(row) == 6
+    assert "`t.py::test[a\\|<b>]`" in row
+    assert "### Pipes \\| and &lt;b&gt;tags&lt;/b&gt;" in text
+    assert "<b>" not in re.sub(r"`[^`]*`", "", text)  # markup only inside code spans, verbatim
+
+
+# --- HTML ----------------------------------------------------------------------------------------
+
+EXTERNAL = re.compile(
+    r"""(?:\b(?:src|href|xlink:href|action|poster|data)\s*=\s*["']?\s*(?:[a-z]+:)?//)"""
+    r"""|url\(\s*["']?\s*(?!#)|@import|<script|<link|<iframe|<object|<embed""",
+    re.I,
+)
+
+
+def test_html_is_one_self_contained_page(report: ConformanceReport) -> None:
+    page = render_html(report)
+    assert page.startswith("<!DOCTYPE html>\n")
+    assert '<meta charset="utf-8">' in page
+    assert "<style>" in page
+    assert EXTERNAL.search(page) is None, EXTERNAL.search(page)
+    assert "http://" not in page  # not even the SVG namespace: inline SVG in HTML needs none
+    assert "https://" not in page
+    assert page.rstrip().endswith("</html>")
+
+
+def test_html_shows_every_requirement_and_scenario(
+    report: ConformanceReport, parsed: ParsedSpec
+) -> None:
+    page = render_html(report)
+    for requirement in parsed.spec.requirements:
+        assert f"{html.escape(requirement.name)}</h3>" in page
+        assert f'id="{requirement.id}"' in page
+        assert f'href="#{requirement.id}"' in page
+        for scenario in requirement.scenarios:
+            assert f'<tr class="{report.by_id[scenario.id].outcome}" id="{scenario.id}">' in page
+            assert f"<summary>{html.escape(scenario.name)}</summary>" in page
+    assert page.count('<span class="tag">model check</span>') == 4
+    assert "Not every scenario passed: 1 failed, 1 uncovered, 1 skipped, 1 unknown mark(s)." in page
+    assert "did you mean @pytest.mark.spec(" in html.unescape(page)
+
+
+def _svgs(page: str) -> list[ET.Element]:
+    return [ET.fromstring(match) for match in re.findall(r"<svg\b.*?</svg>", page, re.S)]
+
+
+def test_html_has_one_diagram_per_table_with_every_state(report: ConformanceReport) -> None:
+    svgs = _svgs(render_html(report))
+    tables = default_tables()
+    assert len(svgs) == len(tables) == 3
+    for svg, table in zip(svgs, tables, strict=True):
+        assert svg.get("data-table") == table.name
+        texts = {"".join(t.itertext()) for t in svg.iter("text")}
+        for state in table.states:
+            assert state.name in texts
+        states = {g.get("data-state") for g in svg.iter("g") if "state" in (g.get("class") or "")}
+        assert states == {state.name for state in table.states}
+        edges = [g for g in svg.iter("g") if (g.get("class") or "").startswith("edge")]
+        assert sorted(int(g.get("data-row") or 0) for g in edges) == [r.index for r in table.rows]
+        never = sorted(int(g.get("data-row") or 0) for g in edges if g.get("class") == "edge never")
+        assert never == NEVER[table.name]
+        terminal = {
+            g.get("data-state") for g in svg.iter("g") if "terminal" in (g.get("class") or "")
+        }
+        assert terminal == {state.name for state in table.terminal}
+        initial = [g for g in svg.iter("g") if "initial" in (g.get("class") or "").split()]
+        assert [g.get("data-state") for g in initial] == [table.initial.name]
+
+
+def _rects(svg: ET.Element) -> list[tuple[float, float, float, float]]:
+    boxes = []
+    for group in svg.iter("g"):
+        if "state" in (group.get("class") or "").split():
+            rect = group.find("rect")
+            assert rect is not None
+            x, y = float(rect.get("x") or 0), float(rect.get("y") or 0)
+            boxes.append(
+                (x, y, x + float(rect.get("width") or 0), y + float(rect.get("height") or 0))
+            )
+    return boxes
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_diagram_boxes_do_not_overlap_and_fit_the_canvas(
+    report: ConformanceReport, recorded: bool
+) -> None:
+    for table in default_tables():
+        svg = ET.fromstring(
+            render_svg(table_coverage(table, COVERAGE.get(table.name) if recorded else None))
+        )
+        left, top, width, height = (float(v) for v in (svg.get("viewBox") or "").split())
+        boxes = _rects(svg)
+        for i, a in enumerate(boxes):
+            assert left <= a[0] <= a[2] <= left + width
+            assert top <= a[1] <= a[3] <= top + height
+            for b in boxes[i + 1 :]:
+                assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], (a, b)
+
+
+def test_diagram_without_coverage_has_plain_labels() -> None:
+    svg = render_svg(table_coverage(default_tables()[2], None))
+    assert 'class="edge never"' not in svg
+    assert svg.count('class="edge unrecorded"') == 7
+    assert ">fail [!retry_allowed]</text>" in svg
+    assert "unreached" not in svg
+
+
+def test_diagram_labels_carry_counts() -> None:
+    svg = render_svg(table_coverage(default_tables()[1], COVERAGE["budget"]))
+    assert ">reserve [within_limits] \u00d7300</text>" in svg
+    assert ">record_usage [!within_limits] · never</text>" in svg
+
+
+def test_a_standalone_svg_is_well_formed_xml() -> None:
+    svg = ET.fromstring(render_svg(table_coverage(default_tables()[0], None), standalone=True))
+    assert svg.tag == "{http://www.w3.org/2000/svg}svg"
+
+
+def test_html_escapes_everything() -> None:
+    evil = '<script>alert("x")</script>'
+    spec = parse_spec(
+        f"# esc Specification\n\n## Purpose\n\nA purpose long enough for the validator, {evil}."
+        f"\n\n## Requirements\n\n### Requirement: Evil {evil}\n\nIt SHALL escape `{evil}`.\n\n"
+        f"#### Scenario: Evil {evil}\n\n- **WHEN** {evil}\n- **THEN** {evil}\n",
+        source=f"specs/{evil}/spec.md",
+    )
+    results = [
+        TestResult(
+            nodeid=f"t.py::test[{evil}&amp;]",
+            requirement=f"Evil {evil}",
+            scenario=f"Evil {evil}",
+            outcome="failed",
+        ),
+        TestResult(nodeid=f"t.py::{evil}", requirement=evil, scenario=evil, outcome="passed"),
+    ]
+    page = render_html(build_report(spec, results, tables=(), generated_at=evil))
+    assert "<script" not in page
+    assert 'alert("x")' not in page
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
+    assert "t.py::test[&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;amp;]" in page
+    assert "<code>&lt;script&gt;" in page  # a code span in the text is still escaped inside
+
+
+def test_write_reports(report: ConformanceReport, tmp_path: Path) -> None:
+    paths = write_reports(report, tmp_path / "out" / "nested")
+    assert set(paths) == {"json", "markdown", "html"}
+    assert {p.name for p in paths.values()} == set(REPORT_FILES.values())
+    assert paths["json"].read_text(encoding="utf-8") == render_json(report)
+    assert paths["markdown"].read_text(encoding="utf-8") == render_markdown(report)
+    assert paths["html"].read_text(encoding="utf-8") == render_html(report)
+    write_reports(report, tmp_path / "out" / "nested")  # replaces, does not fail
+
+
+# --- the page in a real browser ------------------------------------------------------------------
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+)
+
+
+def _chromium(home: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    assert CHROMIUM is not None
+    profile = home / f"profile-{len(list(home.glob('profile-*')))}"
+    env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / "config")}
+    env["XDG_CACHE_HOME"] = str(home / "cache")
+    done = subprocess.run(
+        [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
+def _png_pixels(data: bytes) -> tuple[int, int, bytes]:
+    """Width, height and the inflated (still filtered) scanlines of a PNG."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    chunks, at = [], 8
+    while at < len(data):
+        (length,) = struct.unpack(">I", data[at : at + 4])
+        if data[at + 4 : at + 8] == b"IDAT":
+            chunks.append(data[at + 8 : at + 8 + length])
+        at += 12 + length
+    return width, height, zlib.decompress(b"".join(chunks))
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="no chromium on PATH: the headless-browser check of the HTML report needs Debian's "
+    "chromium package (apt-get install chromium)",
+)
+def test_the_page_renders_in_headless_chromium(
+    report: ConformanceReport, parsed: ParsedSpec, tmp_path: Path
+) -> None:
+    page = tmp_path / "conformance.html"
+    page.write_text(render_html(report), encoding="utf-8")
+
+    dom = _chromium(tmp_path, "--dump-dom", page.as_uri()).stdout
+    assert "<title>Conformance report: diagnosis-harness-run-context</title>" in dom
+    for requirement in parsed.spec.requirements:
+        assert f"{html.escape(requirement.name, quote=False)}</h3>" in dom, requirement.name
+    for scenario in parsed.spec.scenarios:
+        assert html.escape(scenario.name, quote=False) in dom
+    assert len(re.findall(r"<svg\b", dom)) == 3
+    for table in default_tables():
+        svg = re.search(rf'<svg\b[^>]*data-table="{table.name}".*?</svg>', dom, re.S)
+        assert svg is not None, table.name
+        for state in table.states:
+            assert f">{state.name}</text>" in svg.group(0)
+
+    REPORTS.mkdir(exist_ok=True)
+    SCREENSHOT.unlink(missing_ok=True)
+    _chromium(tmp_path, f"--screenshot={SCREENSHOT}", "--window-size=1280,4000", page.as_uri())
+    data = SCREENSHOT.read_bytes()
+    width, height, pixels = _png_pixels(data)
+    assert (width, height) == (1280, 4000)
+    assert len(data) > 50_000  # a rendered page, not a blank one (about 1 kB)
+    assert len(set(pixels)) > 64
