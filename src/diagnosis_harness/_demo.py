@@ -6,13 +6,26 @@ instant and prints the same thing on every machine.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._boundary import Boundary
 from ._budget import BudgetLimits
 from ._context import RunContext
 from ._errors import RunTerminated
 from .testing import FakeTool, ManualClock
 
-__all__ = ["run_demo"]
+if TYPE_CHECKING:
+    import argparse
+
+__all__ = ["add_arguments", "run", "run_demo"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The demo takes no options."""
+
+
+def run(args: argparse.Namespace) -> int:  # noqa: ARG001 - the command-line protocol
+    return run_demo()
 
 
 def run_demo() -> int:
