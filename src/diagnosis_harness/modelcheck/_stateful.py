@@ -1,0 +1,548 @@
+"""Hypothesis stateful tests: one run, driven through any interleaving of its operations.
+
+Theory of operation. Each machine below is a ``RuleBasedStateMachine`` whose rules are the
+operations of one diagnosis run -- a Model call, a Tool call (several Tools, one with a per-Tool
+override), token usage reports under and over the limits, success, failure, cancellation with
+each reason, the clock moving across the deadline, gate checks, byte reservations, callback
+registrations, and retry executions whose operation follows a script of typed failures. Every
+rule is one step of a :class:`~._explore.RunProbe`: the step is predicted on the python-statemachine
+models generated from ``model/`` (live instances, one per table and one per retry execution),
+with the guards computed by a reference of plain counters, then applied to the real runtime, and
+the two must agree on state and outcome; the probe then checks the invariants, which are the
+spec's sentences (listed in :mod:`._explore`). The machine's ``@invariant`` checks them once more
+after every step, and Hypothesis shrinks any failing interleaving to a short one.
+
+Three machines, because one run ends quickly and everything after its end is absorption:
+
+* :class:`RunMachine` -- everything, interleaved freely: terminal races, absorption, cancellation
+  and callbacks, the deadline, the budget and retries.
+* :class:`BudgetMachine` -- the budget and the run's capacity counter with larger limits, so that
+  long sequences of reservations and usage reports walk up to each limit; success and failure
+  come only after the run has ended (late finish attempts).
+* :class:`RetryMachine` -- executions under every policy with scripted failure kinds and effects
+  between attempts (cancellation, the deadline, the last Model call, success recorded meanwhile),
+  sync and async.
+
+Profiles. Hypothesis is the ``modelcheck`` extra and is imported only in this package. The
+repository's ``conftest.py`` registers the ``ci`` / ``dev`` / ``deep`` profiles for pytest; an
+installed wheel has no ``conftest.py``, so :func:`register_profiles` registers the same profiles
+for the ``model-check`` command, and :func:`settings_for` returns them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Final, cast, final
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from .. import Boundary, BudgetLimits, CancellationReason, FailureKind, RunState
+from .._failure import TECHNICAL
+from ._explore import (
+    EXPLICIT_REASONS,
+    Attempt,
+    Effect,
+    LiveModels,
+    ModelTiming,
+    ProbeConfig,
+    RunProbe,
+    policies_with_thrice,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._coverage import TransitionCoverage
+
+__all__ = [
+    "MACHINES",
+    "BudgetMachine",
+    "MachineStats",
+    "RetryMachine",
+    "RunMachine",
+    "register_profiles",
+    "run_machine",
+    "settings_for",
+]
+
+_NS = 1_000_000_000
+
+_REQ_LIFECYCLE = "A Run SHALL have exactly one terminal outcome"
+_REQ_DEADLINE = "Deadline and cancellation SHALL stop subsequent controlled work"
+_REQ_BUDGET = "Run budgets SHALL be explicit, thread-safe, and observable"
+_REQ_RETRY = "Harness retry SHALL be typed, bounded, and recorded"
+_REQ_PRIMITIVES = (
+    "Tool invocation key and Run capacity primitives SHALL be safe and store-independent"
+)
+
+# -- profiles --------------------------------------------------------------------------------------
+
+
+def _deep_database() -> DirectoryBasedExampleDatabase:
+    """The deep profile's example database: in the user's cache, never in a repository."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return DirectoryBasedExampleDatabase(str(Path(cache) / "diagnosis-harness" / "hypothesis-deep"))
+
+
+def settings_for(profile: str) -> settings:
+    """The Hypothesis settings of ``profile`` (``ci``, ``dev`` or ``deep``), as in conftest.py."""
+    if profile == "ci":
+        return settings(
+            derandomize=True,
+            database=None,
+            deadline=None,
+            max_examples=100,
+            stateful_step_count=30,
+            suppress_health_check=[HealthCheck.too_slow],
+            print_blob=True,
+        )
+    if profile == "dev":
+        return settings(deadline=None, max_examples=100, stateful_step_count=30)
+    if profile == "deep":
+        return settings(
+            deadline=None,
+            max_examples=5_000,
+            stateful_step_count=150,
+            suppress_health_check=[HealthCheck.too_slow],
+            database=_deep_database(),
+        )
+    raise ValueError(f"unknown profile {profile!r}: use ci, dev or deep")
+
+
+PROFILES: Final = ("ci", "dev", "deep")
+
+
+def register_profiles(register: Callable[[str, settings], object] | None = None) -> None:
+    """Register ``ci``, ``dev`` and ``deep`` with Hypothesis (what conftest.py does for pytest).
+
+    ``register`` defaults to ``settings.register_profile``.
+    """
+    for name in PROFILES:
+        if register is None:
+            settings.register_profile(name, settings_for(name))
+        else:
+            register(name, settings_for(name))
+
+
+# -- statistics ------------------------------------------------------------------------------------
+
+
+@final
+@dataclass(slots=True)
+class MachineStats:
+    """What one machine's run did: examples, steps, where the time went, the last sequence."""
+
+    name: str
+    examples: int = 0
+    steps: int = 0
+    timing: ModelTiming = field(default_factory=ModelTiming)
+    last_steps: list[str] = field(default_factory=list)  # the latest example's rules, in order
+    seconds: float = 0.0
+    on_example: Callable[[MachineStats], None] | None = None
+
+    def begin_example(self) -> None:
+        self.examples += 1
+        self.last_steps = []
+        if self.on_example is not None:
+            self.on_example(self)
+
+    def step(self, text: str) -> None:
+        self.steps += 1
+        self.last_steps.append(text)
+
+    @staticmethod
+    def _per_second(steps: int, ns: int) -> float:
+        return steps / (ns / 1e9) if ns else 0.0
+
+    @property
+    def runtime_steps_per_second(self) -> float:
+        """Steps per second if only the runtime's time counted."""
+        return self._per_second(self.steps, self.timing.runtime_ns)
+
+    @property
+    def model_steps_per_second(self) -> float:
+        """Steps per second if only the python-statemachine models' time counted."""
+        return self._per_second(self.steps, self.timing.model_ns)
+
+    @property
+    def steps_per_second(self) -> float:
+        """Steps per second of the whole check (Hypothesis, probe, runtime and models)."""
+        return self.steps / self.seconds if self.seconds else 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "examples": self.examples,
+            "steps": self.steps,
+            "seconds": round(self.seconds, 3),
+            "steps_per_second": round(self.steps_per_second),
+            "runtime_steps_per_second": round(self.runtime_steps_per_second),
+            "model_steps_per_second": round(self.model_steps_per_second),
+            "model_events": self.timing.model_events,
+        }
+
+
+# -- strategies ------------------------------------------------------------------------------------
+
+TOOLS: Final = ("search", "fetch", "grep")
+
+
+def _name(kind: FailureKind) -> str:
+    return kind.name
+
+
+FAIL_REASONS: Final = ("the Tool raised", "the Model answered nonsense", "a guard rejected it")
+
+_RETRIED_BY_EVERY_RETRYING_POLICY = [FailureKind.TRANSPORT, FailureKind.RATE_LIMITED]
+
+attempts = st.builds(
+    Attempt,
+    # Failures every retrying policy retries, then any technical one, then any kind at all, are
+    # drawn more often than uniformly, and so is "no effect": most executions worth having retry
+    # at least once before an effect ends the run.
+    failure=st.one_of(
+        st.none(),
+        st.sampled_from(_RETRIED_BY_EVERY_RETRYING_POLICY),
+        st.sampled_from(sorted(TECHNICAL, key=_name)),
+        st.sampled_from(FailureKind),
+    ),
+    effect=st.just(Effect.NONE) | st.sampled_from(Effect),
+    reason=st.sampled_from(EXPLICIT_REASONS),
+)
+"""One scripted invocation: return or raise a typed failure, after an effect on the run."""
+
+scripts = st.lists(attempts, max_size=4)
+clock_steps = st.sampled_from([1, _NS, 3 * _NS]) | st.integers(min_value=0, max_value=4 * _NS)
+
+
+def _policies(config: ProbeConfig) -> st.SearchStrategy[str]:
+    """Any policy, the ones that retry drawn more often."""
+    retrying = sorted(name for name, policy in config.policies.items() if policy.max_attempts > 1)
+    return st.sampled_from(retrying) | st.sampled_from(sorted(config.policies))
+
+
+# -- the machines ----------------------------------------------------------------------------------
+
+
+class _ProbeMachine(RuleBasedStateMachine):
+    """A machine stepping one :class:`RunProbe`; subclasses add the rules."""
+
+    CONFIG: ClassVar[ProbeConfig]
+    SCENARIOS: ClassVar[tuple[tuple[str, str], ...]]
+
+    def __init__(
+        self, coverage: TransitionCoverage | None = None, stats: MachineStats | None = None
+    ) -> None:
+        super().__init__()
+        self.stats = MachineStats(type(self).__name__) if stats is None else stats
+        self.stats.begin_example()
+        timing = self.stats.timing
+        self.probe = RunProbe(
+            self.CONFIG, models=LiveModels(timing), coverage=coverage, timing=timing
+        )
+
+    @invariant()
+    def the_spec_holds(self) -> None:
+        """The spec's sentences, checked on the run as it is after every step."""
+        self.probe.check_invariants()
+
+    def teardown(self) -> None:
+        self.probe.close()
+
+    # Shared steps; each subclass exposes the ones it needs as rules.
+
+    def _model_call(self) -> None:
+        self.stats.step("reserve_model_call()")
+        self.probe.reserve_model()
+
+    def _tool_call(self, tool: str) -> None:
+        self.stats.step(f"reserve_tool_call({tool!r})")
+        self.probe.reserve_tool(tool)
+
+    def _reserve_bytes(self, n: int) -> None:
+        self.stats.step(f"reserve_bytes({n})")
+        self.probe.reserve_bytes(n)
+
+    def _record_usage(self, input_tokens: int, output_tokens: int) -> None:
+        self.stats.step(f"record_token_usage({input_tokens}, {output_tokens})")
+        self.probe.record_usage(input_tokens, output_tokens)
+
+    def _succeed(self) -> None:
+        self.stats.step("lifecycle.succeed()")
+        self.probe.succeed()
+
+    def _fail(self, reason: str) -> None:
+        self.stats.step(f"lifecycle.fail({reason!r})")
+        self.probe.fail(reason)
+
+    def _cancel(self, reason: CancellationReason) -> None:
+        self.stats.step(f"cancel({reason.name})")
+        self.probe.cancel(reason)
+
+    def _advance(self, ns: int) -> None:
+        self.stats.step(f"clock.advance_ns({ns})")
+        self.probe.advance(ns)
+
+    def _reach_deadline(self) -> None:
+        self.stats.step("clock reaches the deadline")
+        self.probe.reach_deadline()
+
+    def _check(self, boundary: Boundary) -> None:
+        self.stats.step(f"check({boundary.name})")
+        self.probe.check(boundary)
+
+    def _register(self) -> None:
+        self.stats.step("cancellation.register(callback)")
+        self.probe.register()
+
+    def _unregister(self, data: st.DataObject) -> None:
+        index = data.draw(st.integers(0, self.probe.callbacks - 1), label="callback")
+        self.stats.step(f"registration[{index}].unregister()")
+        self.probe.unregister(index)
+
+    def _execute(self, policy: str, script: list[Attempt], use_async: bool) -> None:
+        steps = ", ".join(str(attempt) for attempt in script) or "return"
+        how = "execute_async" if use_async else "execute"
+        self.stats.step(f"{how}({policy!r}, [{steps}])")
+        self.probe.execute(policy, script, use_async=use_async)
+
+    def _ended(self) -> bool:
+        return self.probe.life_state is not RunState.RUNNING
+
+
+class RunMachine(_ProbeMachine):
+    """Everything one run can meet, in any order."""
+
+    CONFIG: ClassVar[ProbeConfig] = ProbeConfig(
+        limits=BudgetLimits(
+            model_calls=3,
+            tool_calls=4,
+            per_tool_calls=2,
+            input_tokens=50,
+            output_tokens=50,
+            total_tokens=80,
+            run_bytes=64,
+            per_tool_overrides={"fetch": 1},
+        ),
+        deadline_ns=10 * _NS,
+        policies=policies_with_thrice(),
+    )
+    SCENARIOS: ClassVar[tuple[tuple[str, str], ...]] = (
+        (_REQ_LIFECYCLE, "Success wins a terminal race"),
+        (_REQ_LIFECYCLE, "Budget exhaustion wins a terminal race"),
+        (_REQ_DEADLINE, "Deadline expires before a Tool call"),
+        (_REQ_DEADLINE, "Client disconnects"),
+        (_REQ_BUDGET, "Per-Tool budget is exhausted"),
+        (_REQ_BUDGET, "Actual Token usage exceeds the limit"),
+        (_REQ_RETRY, "Run is cancelled between attempts"),
+    )
+
+    @rule()
+    def model_call(self) -> None:
+        self._model_call()
+
+    @rule(tool=st.sampled_from(TOOLS))
+    def tool_call(self, tool: str) -> None:
+        self._tool_call(tool)
+
+    @rule(n=st.integers(1, 48))
+    def reserve_bytes(self, n: int) -> None:
+        self._reserve_bytes(n)
+
+    @rule(input_tokens=st.integers(0, 60), output_tokens=st.integers(0, 60))
+    def record_usage(self, input_tokens: int, output_tokens: int) -> None:
+        self._record_usage(input_tokens, output_tokens)
+
+    @rule()
+    def succeed(self) -> None:
+        self._succeed()
+
+    @rule(reason=st.sampled_from(FAIL_REASONS))
+    def fail(self, reason: str) -> None:
+        self._fail(reason)
+
+    @rule(reason=st.sampled_from(EXPLICIT_REASONS))
+    def cancel(self, reason: CancellationReason) -> None:
+        self._cancel(reason)
+
+    @rule(ns=clock_steps)
+    def advance(self, ns: int) -> None:
+        self._advance(ns)
+
+    @rule()
+    def reach_deadline(self) -> None:
+        self._reach_deadline()
+
+    @rule(boundary=st.sampled_from(Boundary))
+    def check(self, boundary: Boundary) -> None:
+        self._check(boundary)
+
+    @rule()
+    def register(self) -> None:
+        self._register()
+
+    @precondition(lambda self: self.probe.callbacks > 0)
+    @rule(data=st.data())
+    def unregister(self, data: st.DataObject) -> None:
+        self._unregister(data)
+
+    @rule(policy=_policies(CONFIG), script=scripts, use_async=st.booleans())
+    def execute(self, policy: str, script: list[Attempt], use_async: bool) -> None:
+        self._execute(policy, script, use_async)
+
+
+class BudgetMachine(_ProbeMachine):
+    """Long sequences of reservations and usage reports, up to every limit, and the capacity."""
+
+    CONFIG: ClassVar[ProbeConfig] = ProbeConfig(
+        limits=BudgetLimits(
+            model_calls=5,
+            tool_calls=6,
+            per_tool_calls=2,
+            input_tokens=150,
+            output_tokens=150,
+            total_tokens=240,
+            run_bytes=96,
+            per_tool_overrides={"fetch": 1, "grep": 4},
+        ),
+        deadline_ns=3_600 * _NS,
+        policies=policies_with_thrice(),
+        capacity_bytes=64,
+    )
+    SCENARIOS: ClassVar[tuple[tuple[str, str], ...]] = (
+        (_REQ_BUDGET, "Per-Tool budget is exhausted"),
+        (_REQ_BUDGET, "Actual Token usage exceeds the limit"),
+        (_REQ_LIFECYCLE, "Budget exhaustion wins a terminal race"),
+        (_REQ_PRIMITIVES, "Run byte limit would be exceeded"),
+    )
+
+    @rule()
+    def model_call(self) -> None:
+        self._model_call()
+
+    @rule(tool=st.sampled_from(TOOLS))
+    def tool_call(self, tool: str) -> None:
+        self._tool_call(tool)
+
+    @rule(n=st.integers(1, 40))
+    def reserve_bytes(self, n: int) -> None:
+        self._reserve_bytes(n)
+
+    @rule(input_tokens=st.integers(0, 50), output_tokens=st.integers(0, 50))
+    def record_usage(self, input_tokens: int, output_tokens: int) -> None:
+        self._record_usage(input_tokens, output_tokens)
+
+    @rule(n=st.integers(1, 30))
+    def reserve_capacity(self, n: int) -> None:
+        self.stats.step(f"capacity.try_reserve({n})")
+        self.probe.reserve_capacity(n)
+
+    @rule(boundary=st.sampled_from(Boundary))
+    def check(self, boundary: Boundary) -> None:
+        self._check(boundary)
+
+    @rule()
+    def register(self) -> None:
+        self._register()
+
+    @precondition(lambda self: self._ended())
+    @rule(reason=st.sampled_from(FAIL_REASONS))
+    def late_failure(self, reason: str) -> None:
+        """An exception handler reports failure after the run ended."""
+        self._fail(reason)
+
+    @precondition(lambda self: self._ended())
+    @rule()
+    def late_success(self) -> None:
+        self._succeed()
+
+
+class RetryMachine(_ProbeMachine):
+    """Executions under every policy, with scripted failures and effects between attempts."""
+
+    CONFIG: ClassVar[ProbeConfig] = ProbeConfig(
+        limits=BudgetLimits(
+            model_calls=6,
+            tool_calls=100,
+            per_tool_calls=100,
+            input_tokens=10_000,
+            output_tokens=10_000,
+            total_tokens=20_000,
+            run_bytes=1_000,
+        ),
+        deadline_ns=10 * _NS,
+        policies=policies_with_thrice(),
+    )
+    SCENARIOS: ClassVar[tuple[tuple[str, str], ...]] = (
+        (_REQ_RETRY, "Router transport failure succeeds on retry"),
+        (_REQ_RETRY, "Tool call fails"),
+        (_REQ_RETRY, "Run is cancelled between attempts"),
+        (_REQ_DEADLINE, "Client disconnects"),
+    )
+
+    @initialize(callbacks=st.integers(0, 2))
+    def callbacks(self, callbacks: int) -> None:
+        for _ in range(callbacks):
+            self._register()
+
+    @rule(policy=_policies(CONFIG), script=scripts, use_async=st.booleans())
+    def execute(self, policy: str, script: list[Attempt], use_async: bool) -> None:
+        self._execute(policy, script, use_async)
+
+    @rule(ns=st.integers(0, _NS))
+    def advance(self, ns: int) -> None:
+        self._advance(ns)
+
+    @precondition(lambda self: self._ended())
+    @rule(reason=st.sampled_from(FAIL_REASONS))
+    def late_failure(self, reason: str) -> None:
+        self._fail(reason)
+
+
+MACHINES: Final[tuple[type[_ProbeMachine], ...]] = (RunMachine, BudgetMachine, RetryMachine)
+"""Every stateful machine, in the order the command runs them."""
+
+
+def run_machine(
+    machine: type[_ProbeMachine],
+    *,
+    settings: settings | None = None,
+    coverage: TransitionCoverage | None = None,
+    stats: MachineStats | None = None,
+) -> MachineStats:
+    """Run ``machine`` as a test under ``settings`` (default: the loaded profile).
+
+    Raises what a failing example raised, after Hypothesis shrank it; ``stats.last_steps`` is
+    then the shrunk sequence.
+    """
+    stats = MachineStats(machine.__name__) if stats is None else stats
+
+    def factory() -> _ProbeMachine:
+        return machine(coverage, stats)
+
+    started = time.perf_counter()
+    try:
+        # Hypothesis documents a factory (any callable returning a machine); its stub says type.
+        run_state_machine_as_test(cast("type[RuleBasedStateMachine]", factory), settings=settings)
+    finally:
+        stats.seconds += time.perf_counter() - started
+    return stats
+
+
+def scenarios_of(machine: type[Any]) -> tuple[tuple[str, str], ...]:
+    """The (requirement, scenario) pairs a machine model-checks."""
+    scenarios: tuple[tuple[str, str], ...] = machine.SCENARIOS
+    return scenarios
