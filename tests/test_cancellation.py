@@ -20,7 +20,6 @@ from diagnosis_harness import (
     RunTerminated,
     RunTimedOut,
 )
-from diagnosis_harness.testing import FakeModel, FakeResponse, FakeTool
 from strategies import new_run, state
 
 if TYPE_CHECKING:
@@ -28,7 +27,6 @@ if TYPE_CHECKING:
 
     from diagnosis_harness import RunContext
 
-DEADLINE = "Deadline and cancellation SHALL stop subsequent controlled work"
 BOUND = 10.0  # seconds a thread may take before the test calls it stuck (never a sleep)
 EXPLICIT_REASONS = [r for r in CancellationReason if r is not CancellationReason.RUN_FINISHED]
 OUTCOME_OF = {
@@ -455,49 +453,5 @@ def test_a_standalone_token_works_without_a_run() -> None:
     assert "SHUTDOWN" in repr(token)
 
 
-# -- Scenario: Client disconnects -------------------------------------------------------------
-
-
-@pytest.mark.spec(DEADLINE, "Client disconnects")
-def test_client_disconnects() -> None:
-    ctx = new_run()
-    released: list[tuple[str, CancellationReason]] = []
-    ctx.cancellation.register(lambda reason: released.append(("stream", reason)))
-    ctx.cancellation.register(lambda reason: released.append(("connection", reason)))
-    model = FakeModel([FakeResponse("never sent")])
-    tool = FakeTool("metrics", result=1)
-
-    assert ctx.cancellation.cancel(CancellationReason.CLIENT_DISCONNECTED) is True
-
-    # The registered callbacks ran, once each.
-    assert released == [
-        ("stream", CancellationReason.CLIENT_DISCONNECTED),
-        ("connection", CancellationReason.CLIENT_DISCONNECTED),
-    ]
-    # Subsequent Model and Tool boundaries are rejected.
-    termination = ctx.lifecycle.termination
-    assert termination is not None
-    rejected: list[Callable[[], object]] = [
-        lambda: ctx.check(Boundary.MODEL),
-        lambda: ctx.check(Boundary.TOOL),
-        ctx.reserve_model_call,
-        lambda: ctx.reserve_tool_call("metrics"),
-        lambda: model.complete(ctx, "prompt"),
-        lambda: tool(ctx, "call-1"),
-    ]
-    for boundary in rejected:
-        with pytest.raises(RunCancelled) as caught:
-            boundary()
-        assert caught.value.termination is termination
-    assert (model.calls, tool.calls) == (0, 0)
-    usage = ctx.budget.snapshot()
-    assert (usage.model_calls, usage.tool_calls) == (0, 0)
-    # Exactly one CANCELLED terminal outcome: nothing later replaces it.
-    assert termination.state is RunState.CANCELLED
-    assert ctx.cancellation.cancel(CancellationReason.CLIENT_DISCONNECTED) is False
-    assert ctx.cancellation.cancel(CancellationReason.SHUTDOWN) is False
-    assert not ctx.lifecycle.succeed().changed
-    assert not ctx.lifecycle.fail("handler").changed
-    assert ctx.lifecycle.termination is termination
-    assert ctx.cancellation.reason is CancellationReason.CLIENT_DISCONNECTED
-    assert len(released) == 2
+# Scenario: Client disconnects -- shown in
+# src/diagnosis_harness/conformance/suite/test_deadline_and_cancellation.py.

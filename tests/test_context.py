@@ -5,8 +5,6 @@ from __future__ import annotations
 import ast
 import asyncio
 import dataclasses
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,14 +26,11 @@ from diagnosis_harness import (
     RunTerminated,
     RunTimedOut,
 )
-from diagnosis_harness.testing import FakeTool, ToolInvocation
 from strategies import WHITESPACE, limits, new_run
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-IMMUTABLE = "RunContext SHALL be explicit and structurally immutable"
-DEADLINE = "Deadline and cancellation SHALL stop subsequent controlled work"
 PACKAGE_DIR = Path(diagnosis_harness.__file__).resolve().parent
 FIELDS = (
     "session_id",
@@ -51,12 +46,6 @@ FIELDS = (
 
 def _handles(ctx: RunContext) -> tuple[object, ...]:
     return tuple(getattr(ctx, name) for name in FIELDS)
-
-
-def _assert_same_handles(seen: RunContext, ctx: RunContext) -> None:
-    assert seen is ctx
-    for name in FIELDS:
-        assert getattr(seen, name) is getattr(ctx, name), name
 
 
 # -- structure --------------------------------------------------------------------------------
@@ -153,51 +142,11 @@ def test_exactly_one_of_deadline_and_timeout(
         )
 
 
-# -- Scenario: Context crosses an asynchronous boundary ---------------------------------------
+# The spec's scenarios are shown in src/diagnosis_harness/conformance/suite/test_run_context.py and
+# test_deadline_and_cancellation.py.
 
 
-@pytest.mark.spec(IMMUTABLE, "Context crosses an asynchronous boundary")
-def test_context_crosses_an_asynchronous_boundary() -> None:
-    ctx = new_run()
-    tool = FakeTool("search", result="found")
-
-    def on_worker(call_id: str) -> tuple[str, RunContext, tuple[object, ...]]:
-        # What a boundary body would read, on the thread it runs on.
-        return tool(ctx, call_id, query="disk"), ctx, _handles(ctx)
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = [pool.submit(on_worker, f"call-{i}").result() for i in range(2)]
-
-    async def in_asyncio() -> list[str]:
-        from_thread = await asyncio.to_thread(tool, ctx, "call-thread", query="cpu")
-
-        async def in_task(call_id: str) -> str:
-            return tool(ctx, call_id, query="mem")
-
-        from_task = await asyncio.create_task(in_task("call-task"))
-        return [from_thread, from_task]
-
-    assert asyncio.run(in_asyncio()) == ["found", "found"]
-
-    for value, seen, handles in results:
-        assert value == "found"
-        _assert_same_handles(seen, ctx)
-        assert all(a is b for a, b in zip(handles, _handles(ctx), strict=True))
-    assert tool.calls == 4
-    main_thread = threading.get_ident()
-    invocation: ToolInvocation
-    for invocation in tool.invocations:
-        _assert_same_handles(invocation.context, ctx)
-    threads = {invocation.thread_id for invocation in tool.invocations}
-    assert [i.tool_call_id for i in tool.invocations] == [
-        "call-0",
-        "call-1",
-        "call-thread",
-        "call-task",
-    ]
-    assert threads - {main_thread}, "some invocation ran on another thread"
-    # The one budget saw every call, whichever thread or task made it.
-    assert ctx.budget.snapshot().per_tool_calls == {"search": 4}
+# -- passed explicitly: no thread-local or context-variable state ------------------------------
 
 
 def _library_sources() -> list[Path]:
@@ -243,7 +192,7 @@ def test_the_source_scan_would_find_them() -> None:
     assert len(_thread_or_context_local_uses(ast.parse(source))) >= 4
 
 
-# -- Scenario: Invalid identity starts a Run --------------------------------------------------
+# -- invalid identity --------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -271,22 +220,6 @@ def constructed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 BLANK_IDS = ["", " ", "   ", "\t", "\n", "\u3000", WHITESPACE]
-
-
-@pytest.mark.spec(IMMUTABLE, "Invalid identity starts a Run")
-def test_invalid_identity_starts_a_run(constructed: list[str]) -> None:
-    untyped: Any = RunContext.create
-    for which in ("session_id", "run_id"):
-        for blank in BLANK_IDS:
-            ids = {"session_id": "session-1", "run_id": "run-1", which: blank}
-            # Limits, timeout and clock are invalid too: identity is checked before all else.
-            with pytest.raises(InvalidRunIdentity, match=which) as caught:
-                untyped(**ids, limits="not limits", timeout=float("nan"), clock=object())
-            assert isinstance(caught.value, ValueError)
-            with pytest.raises(InvalidRunIdentity, match=which):
-                untyped(**ids, limits=limits(), timeout=30, clock=ManualClock())
-    # No budget, cancellation, lifecycle, deadline or retry policies was created or published.
-    assert constructed == []
 
 
 def test_both_ids_blank_names_the_session_first(constructed: list[str]) -> None:
@@ -402,38 +335,6 @@ def test_terminated_errors_are_neither_timeouts_nor_task_cancellations() -> None
     assert not isinstance(error, TimeoutError)
     assert not isinstance(error, asyncio.CancelledError)
     assert isinstance(error, diagnosis_harness.HarnessError)
-
-
-# -- Scenario: Deadline expires before a Tool call --------------------------------------------
-
-
-@pytest.mark.spec(DEADLINE, "Deadline expires before a Tool call")
-def test_deadline_expires_before_a_tool_call() -> None:
-    clock = ManualClock()
-    ctx = new_run(clock=clock, timeout=10)
-    tool = FakeTool("logs", result="lines")
-    clock.advance(10)  # the ManualClock reaches the deadline
-
-    with pytest.raises(RunTimedOut) as at_gate:
-        ctx.check(Boundary.TOOL)
-    with pytest.raises(RunTimedOut) as at_tool:
-        tool(ctx, "call-1")
-
-    assert tool.calls == 0  # the Tool was not invoked
-    assert ctx.budget.snapshot().tool_calls == 0
-    termination = ctx.lifecycle.termination
-    assert termination is not None
-    assert termination.state is RunState.TIMED_OUT
-    assert at_gate.value.termination is termination
-    assert at_tool.value.termination is termination
-    # Later checks report the same terminal outcome, whatever happens next.
-    clock.advance(100)
-    assert not ctx.lifecycle.succeed().changed
-    for _ in range(3):
-        with pytest.raises(RunTimedOut) as later:
-            ctx.check(Boundary.TOOL)
-        assert later.value.termination is termination
-    assert ctx.lifecycle.termination is termination
 
 
 def test_budget_refusal_names_its_dimension_on_the_error() -> None:

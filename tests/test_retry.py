@@ -42,13 +42,12 @@ from diagnosis_harness import (
     SystemClock,
 )
 from diagnosis_harness._generated.tables import RetryState
-from diagnosis_harness.testing import FakeModel, FakeResponse, FakeTool
+from diagnosis_harness.testing import FakeModel, FakeResponse
 from strategies import limits, new_run, not_callable
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-REQUIREMENT = "Harness retry SHALL be typed, bounded, and recorded"
 NS = 1_000_000_000
 TECHNICAL = frozenset(
     {
@@ -141,105 +140,7 @@ def _other_run_error(end: str) -> RunTerminated:
     raise AssertionError(f"the {end} run did not refuse")
 
 
-# -- the seed scenarios ---------------------------------------------------------------------------
-
-
-@pytest.mark.spec(REQUIREMENT, "Router transport failure succeeds on retry")
-def test_router_transport_failure_succeeds_on_retry() -> None:
-    ctx, _ = _run()
-    router = FakeModel(
-        [HarnessFailure(FailureKind.TRANSPORT, "connection reset"), FakeResponse("intent: logs")]
-    )
-    executor = HarnessRetryExecutor(ctx)
-
-    response = executor.execute("intent_router", router.complete, ctx, "classify: disk full")
-
-    assert response.text == "intent: logs"
-    assert router.prompts == ["classify: disk full", "classify: disk full"]
-    assert _summary(executor.attempts) == [
-        (1, AttemptOutcome.FAILED, FailureKind.TRANSPORT),
-        (2, AttemptOutcome.SUCCEEDED, None),
-    ]
-    execution = _only(executor)
-    assert (execution.policy, execution.stop, execution.state) == (
-        "intent_router",
-        StopReason.SUCCEEDED,
-        RetryState.SUCCEEDED,
-    )
-    assert execution.termination is None
-    assert ctx.budget.snapshot().model_calls == 2  # both attempts went through the MODEL gate
-
-
-@pytest.mark.spec(REQUIREMENT, "Tool call fails")
-def test_tool_call_fails() -> None:
-    ctx, _ = _run()
-    failure = HarnessFailure(FailureKind.TRANSPORT, "tool backend unreachable")
-    tool: FakeTool[str] = FakeTool("search_logs", "never returned", error=failure)
-    executor = HarnessRetryExecutor(ctx)
-
-    with pytest.raises(HarnessFailure) as raised:
-        executor.execute("tool_call", tool, ctx, "call-1", query="disk")
-
-    assert raised.value is failure
-    assert tool.calls == 1
-    assert tool.invocations[0].arguments == {"query": "disk"}
-    assert _summary(executor.attempts) == [(1, AttemptOutcome.FAILED, FailureKind.TRANSPORT)]
-    execution = _only(executor)
-    assert execution.state is RetryState.FAILED
-    assert execution.stop in (StopReason.NOT_RETRYABLE, StopReason.ATTEMPTS_EXHAUSTED)
-    assert failure.harness_execution == execution  # type: ignore[attr-defined]
-    assert ctx.budget.snapshot().tool_calls == 1
-
-
-@pytest.mark.spec(REQUIREMENT, "Run is cancelled between attempts")
-def test_run_is_cancelled_between_attempts() -> None:
-    ctx, clock = _run()
-    failure = HarnessFailure(FailureKind.TRANSPORT)
-
-    def cancel_then_fail(n: int) -> None:
-        ctx.cancellation.cancel(CancellationReason.CLIENT_DISCONNECTED)
-
-    operation = Scripted([failure, "second result"], clock, before=cancel_then_fail)
-    executor = HarnessRetryExecutor(ctx)
-
-    with pytest.raises(RunCancelled) as raised:
-        executor.execute("intent_router", operation)
-
-    assert len(operation.calls) == 1
-    assert _summary(executor.attempts) == [(1, AttemptOutcome.FAILED, FailureKind.TRANSPORT)]
-    execution = _only(executor)
-    assert execution.stop is StopReason.RUN_TERMINATED
-    assert execution.state is RetryState.STOPPED
-    assert execution.termination is ctx.lifecycle.termination
-    assert raised.value.termination is ctx.lifecycle.termination
-    assert ctx.lifecycle.state is RunState.CANCELLED
-    assert raised.value.harness_execution == execution  # type: ignore[attr-defined]
-
-
-@pytest.mark.spec(REQUIREMENT, "Run is cancelled between attempts")
-def test_run_is_cancelled_between_attempts_by_a_cancellation_callback() -> None:
-    # The failure of the first attempt leads a resource's callback to cancel the whole run, the
-    # way a client disconnect noticed by the transport would.
-    ctx, clock = _run()
-    seen: list[CancellationReason] = []
-    ctx.cancellation.register(seen.append)
-
-    def classify(error: Exception) -> FailureKind | None:
-        if isinstance(error, ConnectionResetError):
-            ctx.cancellation.cancel(CancellationReason.CLIENT_DISCONNECTED)
-            return FailureKind.TRANSPORT
-        return None
-
-    operation = Scripted([ConnectionResetError("peer gone"), "unreached"], clock)
-    executor = HarnessRetryExecutor(ctx, classifier=classify)
-
-    with pytest.raises(RunCancelled):
-        executor.execute(ROUTER, operation)
-
-    assert len(operation.calls) == 1
-    assert seen == [CancellationReason.CLIENT_DISCONNECTED]
-    assert _summary(executor.attempts) == [(1, AttemptOutcome.FAILED, FailureKind.TRANSPORT)]
-    assert _only(executor).stop is StopReason.RUN_TERMINATED
+# The seed scenarios are shown in src/diagnosis_harness/conformance/suite/test_harness_retry.py.
 
 
 # -- the gate: a run that is over rejects the next attempt ----------------------------------------

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +36,7 @@ from diagnosis_harness import (
     SystemClock,
 )
 from diagnosis_harness._generated.tables import RetryState
-from diagnosis_harness.testing import FakeModel, FakeResponse, FakeTool
+from diagnosis_harness.testing import FakeModel, FakeResponse
 from strategies import limits, new_run
 
 if TYPE_CHECKING:
@@ -45,7 +44,6 @@ if TYPE_CHECKING:
 
     from diagnosis_harness import RunTerminated
 
-REQUIREMENT = "Harness retry SHALL be typed, bounded, and recorded"
 TECHNICAL = frozenset(
     {
         FailureKind.TRANSPORT,
@@ -105,123 +103,7 @@ def _summary(attempts: Iterable[AttemptRecord]) -> list[tuple[int, AttemptOutcom
     return [(a.number, a.outcome, a.failure) for a in attempts]
 
 
-# -- the seed scenarios ---------------------------------------------------------------------------
-
-
-@pytest.mark.spec(REQUIREMENT, "Router transport failure succeeds on retry")
-def test_router_transport_failure_succeeds_on_retry_async() -> None:
-    ctx, _ = _run()
-    router = FakeModel([HarnessFailure(FailureKind.TRANSPORT), FakeResponse("intent: metrics")])
-
-    async def classify(prompt: str) -> FakeResponse:
-        await asyncio.sleep(0)
-        return router.complete(ctx, prompt)
-
-    executor = HarnessRetryExecutor(ctx)
-
-    async def main() -> None:
-        response = await executor.execute_async("intent_router", classify, "cpu at 100%")
-        assert response.text == "intent: metrics"
-
-    _run_async(main())
-
-    assert router.calls == 2
-    assert _summary(executor.attempts) == [
-        (1, AttemptOutcome.FAILED, FailureKind.TRANSPORT),
-        (2, AttemptOutcome.SUCCEEDED, None),
-    ]
-    execution = _only(executor)
-    assert (execution.stop, execution.state) == (StopReason.SUCCEEDED, RetryState.SUCCEEDED)
-
-
-@pytest.mark.spec(REQUIREMENT, "Tool call fails")
-def test_tool_call_fails_async() -> None:
-    ctx, _ = _run()
-    failure = HarnessFailure(FailureKind.TRANSPORT, "unreachable")
-    tool: FakeTool[str] = FakeTool("read_metrics", "never", error=failure)
-
-    async def call_tool(tool_call_id: str) -> str:
-        await asyncio.sleep(0)
-        return tool(ctx, tool_call_id, window="5m")
-
-    executor = HarnessRetryExecutor(ctx)
-
-    async def main() -> None:
-        with pytest.raises(HarnessFailure) as raised:
-            await executor.execute_async("tool_call", call_tool, "call-7")
-        assert raised.value is failure
-
-    _run_async(main())
-
-    assert tool.calls == 1
-    assert [i.tool_call_id for i in tool.invocations] == ["call-7"]
-    assert _summary(executor.attempts) == [(1, AttemptOutcome.FAILED, FailureKind.TRANSPORT)]
-    execution = _only(executor)
-    assert execution.state is RetryState.FAILED
-    assert execution.stop in (StopReason.NOT_RETRYABLE, StopReason.ATTEMPTS_EXHAUSTED)
-    assert failure.harness_execution == execution  # type: ignore[attr-defined]
-
-
-@pytest.mark.spec(REQUIREMENT, "Run is cancelled between attempts")
-def test_run_is_cancelled_between_attempts_async() -> None:
-    ctx, clock = _run()
-
-    def cancel(_: int) -> None:
-        ctx.cancellation.cancel(CancellationReason.CLIENT_DISCONNECTED)
-
-    operation = AsyncScripted(
-        [HarnessFailure(FailureKind.TIMEOUT), "unreached"], clock, before=cancel
-    )
-    executor = HarnessRetryExecutor(ctx)
-
-    async def main() -> None:
-        with pytest.raises(RunCancelled) as raised:
-            await executor.execute_async(ROUTER, operation)
-        assert raised.value.termination is ctx.lifecycle.termination
-
-    _run_async(main())
-
-    assert len(operation.calls) == 1
-    execution = _only(executor)
-    assert _summary(execution.attempts) == [(1, AttemptOutcome.FAILED, FailureKind.TIMEOUT)]
-    assert (execution.stop, execution.state) == (StopReason.RUN_TERMINATED, RetryState.STOPPED)
-    assert execution.termination is ctx.lifecycle.termination
-
-
-@pytest.mark.spec(REQUIREMENT, "Run is cancelled between attempts")
-def test_run_is_cancelled_between_attempts_during_the_async_backoff() -> None:
-    ctx, clock = _run(timeout=600)
-    operation = AsyncScripted([HarnessFailure(FailureKind.TRANSPORT), "unreached"], clock)
-    executor = HarnessRetryExecutor(ctx, backoff=Backoff(initial=60, maximum=60))
-    waiting = threading.Event()
-    real_pause = retry_module._pause_async
-
-    async def pause(ctx: RunContext, seconds: float) -> None:
-        waiting.set()
-        await real_pause(ctx, seconds)
-
-    def canceller() -> None:
-        if waiting.wait(BOUND):
-            ctx.cancellation.cancel(CancellationReason.USER_REQUESTED)
-
-    async def main() -> None:
-        with pytest.raises(RunCancelled):
-            await asyncio.wait_for(executor.execute_async(ROUTER, operation), BOUND)
-
-    thread = threading.Thread(target=canceller, daemon=True)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(retry_module, "_pause_async", pause)
-        thread.start()
-        try:
-            _run_async(main())
-        finally:
-            ctx.cancellation.cancel(CancellationReason.USER_REQUESTED)
-            thread.join(BOUND)
-
-    assert waiting.is_set()
-    assert len(operation.calls) == 1
-    assert _only(executor).stop is StopReason.RUN_TERMINATED
-    assert ctx.cancellation.reason is CancellationReason.USER_REQUESTED
+# The seed scenarios are shown in src/diagnosis_harness/conformance/suite/test_harness_retry.py.
 
 
 # -- the gate -------------------------------------------------------------------------------------

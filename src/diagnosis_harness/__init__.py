@@ -35,7 +35,7 @@ from ._errors import (
     UnsafeKeySegment,
 )
 from ._failure import FailureKind
-from ._generated.tables import RunState
+from ._generated.tables import BudgetState, RetryState, RunState
 from ._keys import ToolCallKeyFactory
 from ._lifecycle import FinishResult, Lifecycle, RunTermination
 from ._retry import (
@@ -64,6 +64,7 @@ __all__ = [
     "BudgetDimension",
     "BudgetExhausted",
     "BudgetLimits",
+    "BudgetState",
     "BudgetUsage",
     "CallbackErrorHandler",
     "Cancellation",
@@ -85,6 +86,7 @@ __all__ = [
     "Registration",
     "RetryPolicies",
     "RetryPolicy",
+    "RetryState",
     "RunCancelled",
     "RunCapacityCounter",
     "RunContext",

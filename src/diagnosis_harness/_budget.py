@@ -215,7 +215,7 @@ class Budget:
             return self._refuse_locked(
                 _RESERVE,
                 BudgetDimension.RUN_BYTES,
-                f"{limit} reached: {n} more bytes refused ({used} used)",
+                f"{limit} would be passed: {n} more bytes refused ({used} used)",
             )
         self._machine.step_locked(_RESERVE, True)
         self._run_bytes = used + n

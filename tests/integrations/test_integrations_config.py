@@ -18,7 +18,6 @@ from diagnosis_harness.integrations import (
     load_model_client_config,
 )
 
-REQUIREMENT = "Spring AI hidden retry SHALL be disabled"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 APPLICATION_YAML = REPO_ROOT / "config" / "application.yaml"
 WHY = "only HarnessRetryExecutor retries, so that every retry is a recorded attempt"
@@ -28,17 +27,6 @@ def _write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "application.yaml"
     path.write_text(text, encoding="utf-8")
     return path
-
-
-@pytest.mark.spec(REQUIREMENT, "Retry configuration is loaded")
-def test_retry_configuration_is_loaded() -> None:
-    raw = yaml.safe_load(APPLICATION_YAML.read_text(encoding="utf-8"))
-    assert raw["model_client"]["max_attempts"] == 1
-    assert type(raw["model_client"]["max_attempts"]) is int
-
-    config = load_model_client_config(APPLICATION_YAML)
-    assert config.max_attempts == 1
-    assert config.sdk_max_retries == 0
 
 
 def test_default_path_is_the_repository_layout(monkeypatch: pytest.MonkeyPatch) -> None:

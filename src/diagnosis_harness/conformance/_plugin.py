@@ -1,0 +1,555 @@
+"""The pytest plugin: ``@pytest.mark.spec(requirement, scenario)`` checked against the spec.
+
+Registered through the ``pytest11`` entry point, so it loads in every pytest run of an
+environment where diagnosis-harness is installed. It stays inert -- no collection error, no
+output, no file -- unless a spec is configured (``--spec``, the ``spec_files`` ini option,
+``--spec-report`` or ``--spec-strict``) or a collected test carries a ``spec`` mark.
+
+Theory of operation. At the end of collection (after deselection, so only tests that will run
+count) every ``spec`` mark of every item is read: ``spec(requirement, scenario)``, two non-blank
+strings, positionally or by keyword; several marks per test are allowed. Each pair is looked up
+in the spec(s) with :func:`find_scenario`. A pair naming no scenario (or a malformed mark) is an
+unknown mark: by default (``--spec-unknown=error``) it becomes a failed collection report naming
+the test, the names it gave and the nearest scenario ("did you mean ..."), and pytest stops with
+"errors during collection"; with ``--spec-unknown=report`` the test runs and the mark is listed
+in the report instead. The outcome of each tagged test is folded from its reports
+(``pytest_runtest_logreport``): a failed phase (setup, call or teardown) is ``failed``; a skip in
+any phase, an xfail or a non-strict xpass is ``skipped``; a passed call is ``passed``. At session
+end :func:`build_report` matches the results to the scenarios, with the transition coverage of
+the session fixture ``transition_coverage`` when a test used it, and ``--spec-report=DIR`` writes
+``conformance.{json,md,html}`` (one subdirectory per capability when several specs are given).
+``--spec-strict`` turns a report that is not :attr:`ConformanceReport.all_passed` (a scenario
+without a passing test, an unknown mark, an invalid spec) into a failed run. ``--collect-only``
+checks the marks and reports nothing (no test ran).
+
+Default spec, when none is configured: ``specs/*/spec.md`` under the rootdir, else the spec
+shipped with diagnosis-harness (:func:`._bundle.spec_path`). All state lives on the
+:class:`pytest.Config` (``config.stash``), none in this module, so in-process runs (pytester)
+do not leak into one another.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Literal, final
+
+import pytest
+
+from . import (
+    ConformanceReport,
+    ParsedSpec,
+    TestResult,
+    UnknownMarker,
+    build_report,
+    find_scenario,
+    load_spec,
+    nearest_scenario,
+    write_reports,
+)
+from ._bundle import spec_path as shipped_spec_path
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from ..modelcheck._coverage import TransitionCoverage
+
+__all__ = [
+    "STATE_KEY",
+    "ConformanceState",
+    "coverage_counts",
+    "transition_coverage",
+]
+
+UnknownMode = Literal["error", "report"]
+UNKNOWN_MODES: Final = ("error", "report")
+SPEC_MARKER: Final = "spec"
+MODEL_CHECK_MARKER: Final = "model_check"
+_MARKER_LINES: Final = {
+    SPEC_MARKER: (
+        "spec(requirement, scenario): the spec requirement and scenario a test shows, "
+        "names verbatim"
+    ),
+    MODEL_CHECK_MARKER: (
+        "model_check: a model check (stateful, exhaustive, scheduled or Spin) rather than an "
+        "example test"
+    ),
+}
+_SUMMARY_LIMIT: Final = 12  # scenarios without a passing test listed in the terminal summary
+
+
+# -- options ----------------------------------------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("spec conformance", "spec conformance (diagnosis-harness)")
+    group.addoption(
+        "--spec",
+        action="append",
+        dest="spec_files",
+        default=None,
+        metavar="PATH",
+        help="spec file that @pytest.mark.spec names must exist in (repeatable); default: the "
+        "spec_files ini option, else specs/*/spec.md under the rootdir, else the spec shipped "
+        "with diagnosis-harness",
+    )
+    group.addoption(
+        "--spec-report",
+        dest="spec_report",
+        default=None,
+        metavar="DIR",
+        help="write the conformance report (conformance.json, .md, .html) into DIR",
+    )
+    group.addoption(
+        "--spec-strict",
+        dest="spec_strict",
+        action="store_true",
+        default=False,
+        help="fail the run unless every scenario has a passing test, no spec mark is unknown "
+        "and the spec is valid",
+    )
+    group.addoption(
+        "--spec-unknown",
+        dest="spec_unknown",
+        default=None,
+        choices=UNKNOWN_MODES,
+        help="a spec mark naming no scenario: 'error' fails the collection (default), "
+        "'report' runs the test and lists the mark in the report",
+    )
+    parser.addini(
+        "spec_files",
+        type="paths",
+        default=[],
+        help="spec file(s) for @pytest.mark.spec (relative to the configuration file); --spec "
+        "overrides",
+    )
+    parser.addini(
+        "spec_unknown",
+        default="error",
+        help="default of --spec-unknown: 'error' or 'report'",
+    )
+
+
+# -- per-run state ----------------------------------------------------------------------------
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Mark:
+    """One well-formed spec mark of one test."""
+
+    requirement: str
+    scenario: str
+
+
+@final
+@dataclasses.dataclass(slots=True)
+class _Phases:
+    """What a test's reports said so far."""
+
+    failed: bool = False
+    skipped: bool = False
+    passed: bool = False  # the call phase passed
+    duration: float = 0.0
+
+    def outcome(self) -> Literal["passed", "failed", "skipped"] | None:
+        if self.failed:
+            return "failed"
+        if self.skipped:
+            return "skipped"
+        if self.passed:
+            return "passed"
+        return None  # it never got to a verdict (interrupted run)
+
+
+@final
+@dataclasses.dataclass(slots=True)
+class _Unknown:
+    """A spec mark of a test that names no scenario of any spec, or is malformed."""
+
+    nodeid: str
+    requirement: str | None
+    scenario: str | None
+    message: str
+    hint: str | None
+
+
+@final
+class ConformanceState:
+    """Everything the plugin knows about one pytest run; ``config.stash[STATE_KEY]``."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        given: list[str] | None = config.getoption("spec_files")
+        ini: list[Path] = config.getini("spec_files")
+        base = config.invocation_params.dir
+        self.explicit_specs: list[Path] = (
+            [Path(base, p).resolve() for p in given] if given else [Path(p) for p in ini]
+        )
+        report: str | None = config.getoption("spec_report")
+        self.report_dir: Path | None = None if report is None else Path(base, report)
+        self.strict: bool = bool(config.getoption("spec_strict"))
+        mode = config.getoption("spec_unknown") or config.getini("spec_unknown")
+        if mode not in UNKNOWN_MODES:
+            raise pytest.UsageError(f"spec_unknown must be 'error' or 'report', got {mode!r}")
+        self.unknown_mode: UnknownMode = mode
+        # Configured explicitly: active from the start. Otherwise a spec mark activates it.
+        self.active = bool(self.explicit_specs or self.report_dir or self.strict)
+        self.specs: list[ParsedSpec] = []
+        self.spec_names: list[str] = []  # each spec's path as shown: relative to the rootdir
+        self.collection_failed = False  # unknown marks failed the collection: nothing ran
+        self.matched: dict[str, list[tuple[int, _Mark]]] = {}  # nodeid -> (spec index, mark)
+        self.unknown: list[_Unknown] = []
+        self.model_checks: set[str] = set()
+        self.tracked: set[str] = set()  # nodeids of the tagged tests
+        self.phases: dict[str, _Phases] = {}
+        self.coverage: TransitionCoverage | None = None
+        self.reports: list[ConformanceReport] = []
+        self.written: list[dict[str, Path]] = []
+        self.strict_failed = False
+        self.terminal_summary = True  # diagnosis-harness report prints its own
+
+    # -- specs ---------------------------------------------------------------------------------
+
+    def spec_paths(self) -> list[Path]:
+        """The spec files of this run: explicit, else the rootdir's, else the shipped one."""
+        if self.explicit_specs:
+            return self.explicit_specs
+        found = sorted(self.config.rootpath.glob("specs/*/spec.md"))
+        if found:
+            return found
+        try:
+            return [shipped_spec_path()]
+        except FileNotFoundError as error:
+            raise pytest.UsageError(
+                f"@pytest.mark.spec is used but no spec is configured: pass --spec PATH ({error})"
+            ) from None
+
+    def load_specs(self) -> None:
+        if self.specs:
+            return
+        for path in self.spec_paths():
+            if not path.is_file():
+                raise pytest.UsageError(f"--spec: no such spec file: {path}")
+            self.specs.append(load_spec(path))
+            self.spec_names.append(_shown(path, self.config.rootpath))
+
+    # -- collection ----------------------------------------------------------------------------
+
+    def collect(self, items: list[pytest.Item]) -> None:
+        tagged = [item for item in items if item.get_closest_marker(SPEC_MARKER) is not None]
+        if not tagged and not self.active:
+            return
+        self.active = True
+        self.load_specs()
+        errors: dict[str, list[_Unknown]] = {}
+        for item in tagged:
+            nodeid = item.nodeid
+            self.tracked.add(nodeid)
+            if item.get_closest_marker(MODEL_CHECK_MARKER) is not None:
+                self.model_checks.add(nodeid)
+            seen: set[_Mark] = set()
+            for mark in item.iter_markers(SPEC_MARKER):
+                parsed = _read_mark(mark)
+                if isinstance(parsed, str):
+                    unknown = _Unknown(nodeid, *_mark_names(mark), parsed, None)
+                    self.unknown.append(unknown)
+                    errors.setdefault(nodeid, []).append(unknown)
+                    continue
+                if parsed in seen:
+                    continue  # the same mark on the class and the function, say
+                seen.add(parsed)
+                index = self._find(parsed)
+                if index is not None:
+                    self.matched.setdefault(nodeid, []).append((index, parsed))
+                    continue
+                unknown = _Unknown(
+                    nodeid,
+                    parsed.requirement,
+                    parsed.scenario,
+                    "names no scenario of " + " or ".join(self.spec_names),
+                    self._hint(parsed),
+                )
+                self.unknown.append(unknown)
+                errors.setdefault(nodeid, []).append(unknown)
+        if self.unknown_mode == "error" and errors:
+            self.collection_failed = not self.config.option.continue_on_collection_errors
+            for nodeid, unknowns in errors.items():
+                report = pytest.CollectReport(
+                    nodeid, "failed", _collection_error(nodeid, unknowns), []
+                )
+                self.config.hook.pytest_collectreport(report=report)
+
+    def _find(self, mark: _Mark) -> int | None:
+        for index, parsed in enumerate(self.specs):
+            if find_scenario(parsed.spec, mark.requirement, mark.scenario) is not None:
+                return index
+        return None
+
+    def _hint(self, mark: _Mark) -> str | None:
+        for parsed in self.specs:
+            hint = nearest_scenario(parsed.spec, mark.requirement, mark.scenario)
+            if hint is not None:
+                return hint
+        return None
+
+    # -- outcomes ------------------------------------------------------------------------------
+
+    def record(self, report: pytest.TestReport) -> None:
+        phases = self.phases.setdefault(report.nodeid, _Phases())
+        phases.duration += report.duration
+        if report.failed:
+            phases.failed = True
+        elif report.skipped or hasattr(report, "wasxfail"):
+            phases.skipped = True  # a skip, an xfail, or a non-strict xpass
+        elif report.when == "call":
+            phases.passed = True
+
+    def outcome(self, nodeid: str) -> Literal["passed", "failed", "skipped"] | None:
+        phases = self.phases.get(nodeid)
+        return None if phases is None else phases.outcome()
+
+    # -- the report ----------------------------------------------------------------------------
+
+    def build(self) -> list[ConformanceReport]:
+        coverage = None if self.coverage is None else coverage_counts(self.coverage)
+        unknown = [
+            UnknownMarker(
+                nodeid=u.nodeid,
+                requirement=u.requirement,
+                scenario=u.scenario,
+                message=u.message,
+                hint=u.hint,
+                outcome=self.outcome(u.nodeid),
+            )
+            for u in self.unknown
+        ]
+        per_spec: list[list[TestResult]] = [[] for _ in self.specs]
+        for nodeid, marks in self.matched.items():
+            outcome = self.outcome(nodeid)
+            if outcome is None:
+                continue  # deselected late, or the run stopped before it: no evidence
+            phases = self.phases[nodeid]
+            for index, mark in marks:
+                per_spec[index].append(
+                    TestResult(
+                        nodeid=nodeid,
+                        requirement=mark.requirement,
+                        scenario=mark.scenario,
+                        outcome=outcome,
+                        model_check=nodeid in self.model_checks,
+                        duration=max(phases.duration, 0.0),
+                    )
+                )
+        return [
+            build_report(parsed, results, coverage=coverage, unknown_markers=unknown)
+            for parsed, results in zip(self.specs, per_spec, strict=True)
+        ]
+
+    def finish(self, session: pytest.Session) -> None:
+        if not self.active or self.config.option.collectonly:
+            return  # --collect-only checks the marks; with nothing run there is nothing to report
+        self.load_specs()  # a no-op unless configured and the collection never finished
+        self.reports = self.build()
+        if self.report_dir is not None:
+            targets = _report_dirs(self.report_dir, self.reports)
+            self.written = [
+                write_reports(report, target)
+                for report, target in zip(self.reports, targets, strict=True)
+            ]
+        if self.strict and not all(report.all_passed for report in self.reports):
+            self.strict_failed = True
+            if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def summary_lines(self) -> list[str]:
+        lines: list[str] = []
+        for n, report in enumerate(self.reports):
+            if self.collection_failed:
+                lines.append(
+                    f"{report.capability}: not run: {len(self.unknown)} unknown spec mark(s) "
+                    "failed the collection (see the errors above)"
+                )
+            else:
+                lines.extend(summary(report))
+            if n < len(self.written):
+                files = ", ".join(str(path) for path in self.written[n].values())
+                lines.append(f"  wrote {files}")
+        if self.strict_failed:
+            lines.append("--spec-strict: the run fails: not every scenario has a passing test")
+        return lines
+
+    # -- hooks (the instance is registered as a plugin for its run) ----------------------------
+
+    def pytest_report_header(self) -> str | None:
+        if not (self.explicit_specs or self.report_dir):
+            return None
+        specs = ", ".join(str(p) for p in self.explicit_specs) or "the default spec"
+        report = f"; report: {self.report_dir}" if self.report_dir else ""
+        return f"spec conformance: {specs}{report}"
+
+    @pytest.hookimpl(trylast=True)  # after -k / -m deselection: only tests that will run count
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        self.collect(items)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.nodeid in self.tracked:
+            self.record(report)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.finish(session)
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if not self.active or not self.reports or not self.terminal_summary:
+            return
+        terminalreporter.write_sep("-", "spec conformance")
+        for line in self.summary_lines():
+            terminalreporter.write_line(line)
+
+
+STATE_KEY: Final = pytest.StashKey[ConformanceState]()
+_STATE_PLUGIN: Final = "diagnosis_harness-conformance-state"
+
+
+def summary(report: ConformanceReport) -> list[str]:
+    """A few lines on ``report``: counts, then up to a dozen scenarios without a passing test."""
+    s = report.summary
+    by = s.scenarios_by_outcome
+    lines = [
+        f"{report.capability}: {by['passed']}/{s.scenarios} scenarios passed "
+        f"({by['failed']} failed, {by['skipped']} skipped, {by['uncovered']} uncovered), "
+        f"{s.model_checked} model-checked; {s.requirements_by_outcome['passed']}/"
+        f"{s.requirements} requirements passed; {s.unknown} unknown spec mark(s)"
+        + ("" if report.valid else f"; the spec is INVALID ({s.errors} error(s))")
+    ]
+    lacking = [r for r in report.scenarios if r.outcome != "passed"]
+    for scenario in lacking[:_SUMMARY_LIMIT]:
+        lines.append(
+            f"  {scenario.outcome:9} {scenario.scenario.requirement} / {scenario.scenario.name}"
+        )
+    if len(lacking) > _SUMMARY_LIMIT:
+        lines.append(f"  ... and {len(lacking) - _SUMMARY_LIMIT} more")
+    for unknown in report.unknown[:_SUMMARY_LIMIT]:
+        named = f"({unknown.requirement!r}, {unknown.scenario!r})"
+        hint = f"; {unknown.hint}" if unknown.hint else ""
+        lines.append(f"  unknown   {unknown.nodeid}: spec{named} {unknown.message}{hint}")
+    return lines
+
+
+def coverage_counts(coverage: TransitionCoverage) -> dict[str, dict[int, int]]:
+    """``{table name: {row index: count}}`` (what :func:`build_report` takes) of ``coverage``."""
+    counts: dict[str, dict[int, int]] = {}
+    for (table, index), count in coverage.counts().items():
+        counts.setdefault(table, {})[index] = count
+    return counts
+
+
+def _shown(path: Path, root: Path) -> str:
+    """``path`` relative to ``root`` when it is inside it, else as it is."""
+    try:
+        return str(path.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _report_dirs(base: Path, reports: list[ConformanceReport]) -> list[Path]:
+    """``base`` for one report; ``base/<capability>`` (made unique) for each of several."""
+    if len(reports) == 1:
+        return [base]
+    taken: set[str] = set()
+    targets: list[Path] = []
+    for report in reports:
+        name, n = report.capability, 1
+        while name in taken:
+            n += 1
+            name = f"{report.capability}-{n}"
+        taken.add(name)
+        targets.append(base / name)
+    return targets
+
+
+def _read_mark(mark: pytest.Mark) -> _Mark | str:
+    """The mark's (requirement, scenario), or what is wrong with it."""
+    args: tuple[Any, ...] = mark.args
+    kwargs: Mapping[str, Any] = mark.kwargs
+    usage = "takes two strings: @pytest.mark.spec(requirement, scenario)"
+    unexpected = set(kwargs) - {"requirement", "scenario"}
+    if unexpected:
+        return f"{usage}; unexpected keyword(s) {', '.join(sorted(unexpected))}"
+    values: list[object] = list(args)
+    for name in ("requirement", "scenario"):
+        if name in kwargs:
+            values.append(kwargs[name])
+    if len(values) != 2:
+        return f"{usage}; got {len(values)} value(s)"
+    requirement, scenario = values
+    if not isinstance(requirement, str) or not isinstance(scenario, str):
+        return f"{usage}; got {type(requirement).__name__} and {type(scenario).__name__}"
+    if not requirement.strip() or not scenario.strip():
+        return f"{usage}; got a blank name"
+    return _Mark(requirement, scenario)
+
+
+def _mark_names(mark: pytest.Mark) -> tuple[str | None, str | None]:
+    """What a malformed mark said, where it is a string."""
+    values = [*mark.args, mark.kwargs.get("requirement"), mark.kwargs.get("scenario")]
+    strings = [v for v in values if isinstance(v, str)]
+    return (
+        strings[0] if strings else None,
+        strings[1] if len(strings) > 1 else None,
+    )
+
+
+def _collection_error(nodeid: str, unknowns: Iterable[_Unknown]) -> str:
+    lines = [f"{nodeid}: unknown @pytest.mark.spec"]
+    for unknown in unknowns:
+        named = f"spec({unknown.requirement!r}, {unknown.scenario!r})"
+        lines.append(f"  @pytest.mark.{named} {unknown.message}")
+        if unknown.hint:
+            lines.append(f"  {unknown.hint}")
+    lines.append(
+        "  (name the requirement and scenario verbatim; --spec-unknown=report lists unknown "
+        "marks in the report instead of failing the collection)"
+    )
+    return "\n".join(lines)
+
+
+# -- hooks ------------------------------------------------------------------------------------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    registered = {line.split(":")[0].split("(")[0].strip() for line in config.getini("markers")}
+    for name, line in _MARKER_LINES.items():
+        if name not in registered:
+            config.addinivalue_line("markers", line)
+    state = ConformanceState(config)
+    for path in state.explicit_specs:
+        if not path.is_file():
+            raise pytest.UsageError(f"spec file not found: {path}")
+    config.stash[STATE_KEY] = state
+    # The state's own hook methods see this run only (a pytester run in-process has its own).
+    config.pluginmanager.register(state, _STATE_PLUGIN)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = config.pluginmanager.get_plugin(_STATE_PLUGIN)
+    if state is not None:
+        config.pluginmanager.unregister(state)
+
+
+# -- fixtures ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def transition_coverage(request: pytest.FixtureRequest) -> TransitionCoverage:
+    """The session's transition coverage: every model check records the rows it took here, and
+    the conformance report shows the counts beside each row of each table."""
+    from ..modelcheck._coverage import (  # noqa: PLC0415 - only model checks need it
+        TransitionCoverage,
+    )
+
+    coverage = TransitionCoverage()
+    state = request.config.stash.get(STATE_KEY, None)
+    if state is not None:
+        state.coverage = coverage
+    return coverage

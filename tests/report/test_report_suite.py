@@ -1,0 +1,185 @@
+"""The bundled suite on the project's spec, and ``diagnosis-harness report`` (the main job).
+
+The suite and the command run in subprocesses (a fresh interpreter, as a user runs them), on the
+spec of this checkout or a copy of it with one scenario renamed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+
+from diagnosis_harness.conformance import load_spec
+from diagnosis_harness.conformance._cli import DEFAULT_OUT, add_arguments, main, pytest_args
+
+from ._support import SPEC, SUITE, read_json, scenarios
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+pytest_plugins = ["pytester"]
+
+DEADLINE = "Deadline and cancellation SHALL stop subsequent controlled work"
+RENAMED_FROM, RENAMED_TO = "Client disconnects", "Client disconnected"
+SEED_SCENARIOS = 16
+
+
+def _suite_args(spec: Path, *extra: str) -> list[str]:
+    return [
+        str(SUITE),
+        "-c",
+        str(SUITE / "suite.ini"),
+        "--rootdir",
+        str(SUITE.parents[2]),
+        "-p",
+        "no:cacheprovider",
+        "--spec",
+        str(spec),
+        *extra,
+    ]
+
+
+def _renamed_copy(directory: Path) -> Path:
+    """A copy of the spec in ``directory/specs/<capability>/`` with one scenario renamed."""
+    text = SPEC.read_text(encoding="utf-8")
+    heading = f"#### Scenario: {RENAMED_FROM}\n"
+    assert text.count(heading) == 1
+    copy = directory / "specs" / SPEC.parent.name / "spec.md"
+    copy.parent.mkdir(parents=True)
+    copy.write_text(text.replace(heading, f"#### Scenario: {RENAMED_TO}\n"), encoding="utf-8")
+    return copy
+
+
+def _report_command(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "HYPOTHESIS_PROFILE"}
+    return subprocess.run(
+        [sys.executable, "-m", "diagnosis_harness.conformance", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_the_seed_spec_has_sixteen_scenarios() -> None:
+    parsed = load_spec(SPEC)
+    assert parsed.valid
+    assert len(parsed.spec.scenarios) == SEED_SCENARIOS
+
+
+def test_on_our_spec_every_scenario_has_a_passing_test(pytester: pytest.Pytester) -> None:
+    out = pytester.path / "out"
+    result = pytester.runpytest_subprocess(
+        *_suite_args(SPEC, "--spec-report", str(out), "--spec-strict")
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    data = read_json(out)
+    summary = data["summary"]
+    assert summary["all_passed"] is True
+    assert summary["scenarios"]["total"] == SEED_SCENARIOS
+    assert summary["scenarios"]["passed"] == SEED_SCENARIOS
+    assert summary["scenarios"]["tested"] == SEED_SCENARIOS  # by an example test each
+    assert summary["unknown"] == 0
+    assert data["items"][0]["valid"] is True
+    by_name = scenarios(data)
+    assert set(by_name) == {s.name for s in load_spec(SPEC).spec.scenarios}
+    for name, scenario in by_name.items():
+        assert scenario["outcome"] == "passed", name
+        assert any(t["outcome"] == "passed" for t in scenario["tests"]), name
+        for test in scenario["tests"]:
+            assert test["nodeid"].startswith("diagnosis_harness/conformance/suite/test_"), test
+    result.stdout.fnmatch_lines(
+        ["diagnosis-harness-run-context: 16/16 scenarios passed (0 failed, 0 skipped, 0 unc*"]
+    )
+
+
+def test_a_renamed_scenario_fails_the_collection_naming_the_mark(
+    pytester: pytest.Pytester,
+) -> None:
+    copy = _renamed_copy(pytester.path)
+    result = pytester.runpytest_subprocess(*_suite_args(copy))
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        [
+            "*/test_deadline_and_cancellation.py::test_client_disconnects: unknown @pytest.mark.*",
+            f"*@pytest.mark.spec('{DEADLINE}', '{RENAMED_FROM}') names no scenario of *spec.md",
+            f'*did you mean @pytest.mark.spec("{DEADLINE}", "{RENAMED_TO}")?',
+            "*1 error during collection*",
+        ]
+    )
+
+
+def test_the_report_command_on_our_spec(tmp_path: Path) -> None:
+    done = _report_command(tmp_path)  # the default spec: this checkout's, or a wheel's copy
+    assert done.returncode == 0, done.stdout + done.stderr
+    reports = tmp_path / DEFAULT_OUT
+    assert sorted(p.name for p in reports.iterdir()) == [
+        "conformance.html",
+        "conformance.json",
+        "conformance.md",
+    ]
+    assert read_json(reports)["summary"]["all_passed"] is True
+    lines = done.stdout.splitlines()
+    start = next(n for n, line in enumerate(lines) if line.startswith("conformance of "))
+    summary = lines[start:]
+    assert summary[0].startswith("conformance of diagnosis-harness-run-context (diagnosis-harn")
+    assert summary[1].endswith(("spec.md (checkout)", "spec.md (shipped)"))
+    assert len(summary) <= 20  # one screen, with room for pytest's own lines above
+    assert "  scenarios     16/16 passed (0 failed, 0 skipped, 0 uncovered);" in done.stdout
+    assert "  requirements  8/8 passed" in done.stdout
+    assert "reports/conformance.json, reports/conformance.md, reports/conformance.html" in (
+        done.stdout
+    )
+    assert summary[-1] == "PASS: every one of the 16 scenarios has a passing test"
+    assert "- spec conformance -" not in done.stdout  # the plugin's section gives way
+
+
+def test_a_renamed_scenario_is_uncovered_and_its_mark_unknown(tmp_path: Path) -> None:
+    copy = _renamed_copy(tmp_path)
+    done = _report_command(tmp_path, "--spec", str(copy), "--out", "renamed")
+    assert done.returncode == 1, done.stdout + done.stderr
+    data = read_json(tmp_path / "renamed")
+    by_name = scenarios(data)
+    assert by_name[RENAMED_TO]["outcome"] == "uncovered"
+    assert by_name[RENAMED_TO]["tests"] == []
+    assert RENAMED_FROM not in by_name
+    others = {name: s["outcome"] for name, s in by_name.items() if name != RENAMED_TO}
+    assert set(others.values()) == {"passed"}
+    assert len(others) == SEED_SCENARIOS - 1
+    (unknown,) = data["unknown"]
+    assert unknown["nodeid"].endswith("test_deadline_and_cancellation.py::test_client_disconnects")
+    assert (unknown["requirement"], unknown["scenario"]) == (DEADLINE, RENAMED_FROM)
+    assert unknown["hint"] == f'did you mean @pytest.mark.spec("{DEADLINE}", "{RENAMED_TO}")?'
+    assert unknown["outcome"] == "passed"
+    assert data["summary"]["all_passed"] is False
+    assert f"UNCOVERED     {DEADLINE} / {RENAMED_TO}" in done.stdout
+    assert "UNKNOWN MARK  " in done.stdout
+    assert "test_client_disconnects" in done.stdout
+    assert done.stdout.rstrip().endswith(
+        "FAIL: 1 of 16 scenarios without a passing test, 1 unknown spec mark(s)"
+    )
+
+
+def test_a_missing_spec_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--spec", str(tmp_path / "nowhere.md")]) == 2
+    assert "no such spec file" in capsys.readouterr().err
+
+
+def test_the_command_line_pieces_the_lead_wires() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args([])
+    assert (args.out, args.spec, args.verbose) == ("reports", None, False)
+    args = parser.parse_args(["--out", "x", "--spec", "s.md", "-v"])
+    assert (args.out, args.spec, args.verbose) == ("x", "s.md", True)
+    command = pytest_args(SPEC, SUITE, verbose=False)
+    assert "-p" in command
+    assert "no:cacheprovider" in command
+    assert "--spec-unknown=report" in command
