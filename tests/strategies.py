@@ -8,20 +8,18 @@ right type but wrong value: ``ValueError``).
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from hypothesis import strategies as st
 
 from diagnosis_harness import (
     Boundary,
-    BudgetLimits,
     CancellationReason,
-    Clock,
-    Deadline,
-    ManualClock,
     RunContext,
     RunState,
 )
+
+# One copy of the builders: the shipped conformance suite needs them without tests/.
+from diagnosis_harness.conformance.suite._support import GENEROUS, limits, new_run
 
 # Every character str.strip() removes: a name made only of these is blank.
 WHITESPACE = (
@@ -120,43 +118,23 @@ def state(ctx: RunContext) -> RunState:
 
 # -- builders ---------------------------------------------------------------------------------
 
-GENEROUS = 1_000_000
-
-
-def limits(**overrides: Any) -> BudgetLimits:
-    """Limits that a test does not reach unless it lowers one of them by keyword."""
-    values: dict[str, Any] = {
-        "model_calls": GENEROUS,
-        "tool_calls": GENEROUS,
-        "per_tool_calls": GENEROUS,
-        "input_tokens": GENEROUS,
-        "output_tokens": GENEROUS,
-        "total_tokens": GENEROUS,
-        "run_bytes": GENEROUS,
-    }
-    values.update(overrides)
-    return BudgetLimits(**values)
-
-
-def new_run(
-    *,
-    budget: BudgetLimits | None = None,
-    clock: Clock | None = None,
-    timeout: float | None = None,
-    deadline: Deadline | None = None,
-    session_id: str = "session-1",
-    run_id: str = "run-1",
-    **kwargs: Any,
-) -> RunContext:
-    """A run on a ``ManualClock`` at 0 with a 30 s timeout unless told otherwise."""
-    if timeout is None and deadline is None:
-        timeout = 30
-    return RunContext.create(
-        session_id=session_id,
-        run_id=run_id,
-        limits=limits() if budget is None else budget,
-        clock=ManualClock() if clock is None else clock,
-        timeout=timeout,
-        deadline=deadline,
-        **kwargs,
-    )
+__all__ = [
+    "GENEROUS",
+    "WHITESPACE",
+    "bad_seconds",
+    "blank_or_non_str",
+    "blank_text",
+    "expected_int_error",
+    "expected_seconds_error",
+    "expected_str_error",
+    "limits",
+    "new_run",
+    "non_int",
+    "non_str",
+    "not_boundary",
+    "not_callable",
+    "not_non_negative_int",
+    "not_positive_int",
+    "not_reason",
+    "state",
+]
