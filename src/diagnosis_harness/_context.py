@@ -2,7 +2,7 @@
 gets.
 
 Theory of operation. The context is a frozen, slotted dataclass of handles; it is passed as an
-argument, never looked up (no ``threading.local``, no ``contextvars``), so a Fake Tool on another
+argument, never looked up (no thread-local storage, no context variables), so a Fake Tool on another
 thread or in another task sees the very same objects. The mutable run state -- the lifecycle, the
 cancellation reason and callbacks, the budget counters -- lives behind those handles under one
 lock, the run's lock. One lock, because "check the deadline and the terminal outcome, then
