@@ -11,14 +11,11 @@ These tests check the probe itself; the scenario (Stage 2 implementation complet
 from __future__ import annotations
 
 import json
-import pkgutil
 import subprocess
 import sys
-import textwrap
 
-import diagnosis_harness
+from diagnosis_harness.conformance.suite.test_core_independence import PROBE, core_modules
 
-NOT_CORE = ("codegen", "conformance", "integrations", "modelcheck", "__main__")  # tooling
 KNOWN_CORE = (
     "_boundary",
     "_budget",
@@ -37,39 +34,6 @@ KNOWN_CORE = (
     "testing",
     "_generated.tables",
     "_generated.models",
-)
-
-
-def core_modules() -> list[str]:
-    """Every module of the package except the code generator and integrations, found on disk."""
-    found: list[str] = []
-    packages = [(diagnosis_harness.__path__, "diagnosis_harness.")]
-    while packages:
-        path, prefix = packages.pop()
-        for info in pkgutil.iter_modules(path, prefix):
-            if info.name.removeprefix("diagnosis_harness.").split(".")[0] in NOT_CORE:
-                continue
-            found.append(info.name)
-            if info.ispkg:
-                module_path = [f"{p}/{info.name.rpartition('.')[2]}" for p in path]
-                packages.append((module_path, f"{info.name}."))
-    return sorted(found)
-
-
-PROBE = textwrap.dedent(
-    """
-    import importlib, json, sys
-    before = set(sys.modules)
-    import diagnosis_harness
-    after_root = set(sys.modules)
-    for name in sys.argv[1:]:
-        importlib.import_module(name)
-    print(json.dumps({
-        "root": sorted(after_root - before),
-        "all": sorted(set(sys.modules) - before),
-        "stdlib": sorted(sys.stdlib_module_names),
-    }))
-    """
 )
 
 
