@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import diagnosis_harness
-import diagnosis_harness._context as context_module
 from diagnosis_harness import (
     Boundary,
     BudgetExhausted,
@@ -26,7 +25,12 @@ from diagnosis_harness import (
     RunTerminated,
     RunTimedOut,
 )
-from strategies import WHITESPACE, limits, new_run
+
+# The fixture that records what create() builds is the shipped suite's (exported below).
+from diagnosis_harness.conformance.suite.test_run_context import constructed
+from strategies import limits, new_run
+
+__all__ = ["constructed"]  # a fixture: pytest finds it by its name in this module
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -193,33 +197,6 @@ def test_the_source_scan_would_find_them() -> None:
 
 
 # -- invalid identity --------------------------------------------------------------------------
-
-
-@pytest.fixture
-def constructed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Record every run part that ``create`` builds, by wrapping the classes it calls."""
-    built: list[str] = []
-
-    def recording(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            built.append(name)
-            return real(*args, **kwargs)
-
-        return wrapper
-
-    for name in ("Cancellation", "Lifecycle", "Budget"):
-        monkeypatch.setattr(context_module, name, recording(name, getattr(context_module, name)))
-    # Classes whose type create() checks stay in place; their factories are wrapped instead.
-    after = Deadline.after.__func__  # type: ignore[attr-defined]
-    monkeypatch.setattr(Deadline, "after", classmethod(recording("Deadline.after", after)))
-    defaults = RetryPolicies.defaults.__func__  # type: ignore[attr-defined]
-    monkeypatch.setattr(
-        RetryPolicies, "defaults", classmethod(recording("RetryPolicies.defaults", defaults))
-    )
-    return built
-
-
-BLANK_IDS = ["", " ", "   ", "\t", "\n", "\u3000", WHITESPACE]
 
 
 def test_both_ids_blank_names_the_session_first(constructed: list[str]) -> None:
