@@ -33,7 +33,14 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
-FILES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+FILES = (
+    ROOT / "README.md",
+    *sorted(
+        path
+        for path in (ROOT / "docs").rglob("*.md")
+        if path.parent.name != "machines"  # generated from model/, no Python
+    ),
+)
 
 _OPEN = re.compile(r"^(?P<indent>[ ]{0,3})(?P<fence>`{3,}|~{3,})[ ]*(?P<info>[^`\s]*)[^`]*$")
 _MARKER = "# ->"

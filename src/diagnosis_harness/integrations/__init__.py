@@ -14,7 +14,7 @@ and a missing one is an ``ImportError`` that names the extra to install
   map SDK exceptions to :class:`~diagnosis_harness.FailureKind` for
   ``HarnessRetryExecutor(ctx, classifier=...)``.
 
-See ``docs/hidden-retries.md``.
+See ``docs/guides/hidden-retries.md``.
 """
 
 from __future__ import annotations
