@@ -213,6 +213,25 @@ def test_reserve_tool_call_refuses_bad_tool_names(bad: object) -> None:
     _refused(ctx, lambda: untyped.reserve_tool_call(bad), expected_str_error(bad), "tool")
 
 
+@given(bad=blank_or_non_str, ending=st.sampled_from(["deadline", "cancelled", "tool limit"]))
+def test_a_bad_tool_name_is_reported_before_the_run_ends_or_the_budget_refuses(
+    bad: object, ending: str
+) -> None:
+    # The budget checks a Tool's name only when it first sees it; the refusal paths check it
+    # too, so bad input gets the same error whatever state the run is in, and changes nothing.
+    if ending == "deadline":
+        ctx = new_run(timeout=0)
+    elif ending == "cancelled":
+        ctx = _busy_run()
+        ctx.cancellation.cancel(CancellationReason.USER_REQUESTED)
+    else:  # the next Tool call of any name would be refused; the run is still RUNNING
+        ctx = new_run(budget=limits(tool_calls=2))
+        ctx.reserve_tool_call("search")
+        ctx.reserve_tool_call("read_logs")
+    untyped: Any = ctx
+    _refused(ctx, lambda: untyped.reserve_tool_call(bad), expected_str_error(bad), "tool")
+
+
 @given(bad=not_positive_int)
 def test_reserve_bytes_refuses_anything_but_a_positive_int(bad: object) -> None:
     ctx = _busy_run()

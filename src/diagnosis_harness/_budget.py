@@ -29,6 +29,9 @@ __all__ = ["Budget", "BudgetDimension", "BudgetLimits", "BudgetUsage"]
 
 _RESERVE = BudgetEvent.RESERVE
 _RECORD_USAGE = BudgetEvent.RECORD_USAGE
+# The rows a granted reservation and an accepted usage report take, looked up once.
+_RESERVE_GRANTED = BUDGET.step(_RESERVE, True)
+_USAGE_ACCEPTED = BUDGET.step(_RECORD_USAGE, True)
 
 
 class BudgetDimension(enum.Enum):
@@ -177,13 +180,16 @@ class Budget:
                 BudgetDimension.MODEL_CALLS,
                 f"{self._model_call_limit} reached: Model call {used + 1} refused",
             )
-        self._machine.step_locked(_RESERVE, True)
+        self._machine.take_locked(_RESERVE_GRANTED, _RESERVE, True)
         self._model_calls = used + 1
         return None
 
     def _reserve_tool_call_locked(self, tool: str) -> str | None:
         total = self._tool_calls
-        used = self._per_tool.get(tool, 0)
+        used = self._per_tool.get(tool)
+        if used is None:  # the first call of this Tool: its name is checked once, before writes
+            non_blank_str("tool", tool)
+            used = 0
         if total >= self._tool_call_limit:
             return self._refuse_locked(
                 _RESERVE,
@@ -202,7 +208,7 @@ class Budget:
                 f"{limit} for Tool {tool!r} reached: call {used + 1} refused",
             )
         # (The step's own checkpoint sits between these checks and the writes below.)
-        self._machine.step_locked(_RESERVE, True)
+        self._machine.take_locked(_RESERVE_GRANTED, _RESERVE, True)
         # Both counters move together, after both checks: total == sum per Tool, always.
         self._tool_calls = total + 1
         self._per_tool[tool] = used + 1
@@ -217,7 +223,7 @@ class Budget:
                 BudgetDimension.RUN_BYTES,
                 f"{limit} would be passed: {n} more bytes refused ({used} used)",
             )
-        self._machine.step_locked(_RESERVE, True)
+        self._machine.take_locked(_RESERVE_GRANTED, _RESERVE, True)
         self._run_bytes = used + n
         return None
 
@@ -234,7 +240,7 @@ class Budget:
         elif total > limits.total_tokens:
             over = (BudgetDimension.TOTAL_TOKENS, limits.total_tokens, total)
         else:
-            self._machine.step_locked(_RECORD_USAGE, True)
+            self._machine.take_locked(_USAGE_ACCEPTED, _RECORD_USAGE, True)
             return None
         dimension, limit, used = over
         return self._refuse_locked(_RECORD_USAGE, dimension, f"{limit} exceeded: {used} used")

@@ -173,16 +173,18 @@ class RunContext:
 
     def reserve_tool_call(self, tool: str) -> None:
         """Check the TOOL boundary and reserve one call of ``tool`` (total and per Tool)."""
-        # A name already counted was validated when first seen: skip the strip() then.
-        if tool.__class__ is not str or (tool not in self.budget._per_tool and not tool.strip()):
-            non_blank_str("tool", tool)
+        if tool.__class__ is not str:
+            non_blank_str("tool", tool)  # raises the TypeError that names `tool`
         now = self._now()
         with self._lock:
             if self.lifecycle._termination is None and now < self._deadline_ns:
+                # The budget checks a Tool's name the first time it sees it, before any write:
+                # that keeps a strip() off every later call of the same Tool.
                 refusal = self.budget._reserve_tool_call_locked(tool)
                 if refusal is None:
                     return
             else:
+                non_blank_str("tool", tool)  # bad input is reported before the run's end
                 refusal = None
             ended = self._end_locked(Boundary.TOOL, now, refusal)
         self._raise(Boundary.TOOL, *ended)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Generic, NoReturn, TypeVar, final
 
-from ._checkpoint import checkpoint
+from . import _checkpoint
 from ._errors import IllegalTransition
 
 if TYPE_CHECKING:
@@ -68,10 +68,16 @@ class MachineTable(Generic[S, E]):
     # found by (state, event, the guard's value or None for an unguarded row).
     index: dict[tuple[S, E, bool | None], Row[S, E]] = field(init=False, repr=False, compare=False)
     guard_of: dict[tuple[S, E], str | None] = field(init=False, repr=False, compare=False)
+    # The same rows grouped by (event, guard value): a caller that applies one event often (a
+    # reservation) looks its rows up once and then finds a row by the state alone.
+    steps: dict[tuple[E, bool | None], dict[S, Row[S, E]]] = field(
+        init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         index: dict[tuple[S, E, bool | None], Row[S, E]] = {}
         guard_of: dict[tuple[S, E], str | None] = {}
+        steps: dict[tuple[E, bool | None], dict[S, Row[S, E]]] = {}
         for (source, event), rows in self.transitions.items():
             names = {row.guard for row in rows}
             if len(names) != 1:
@@ -80,9 +86,16 @@ class MachineTable(Generic[S, E]):
                 )
             guard_of[source, event] = rows[0].guard
             for row in rows:
-                index[source, event, None if row.guard is None else row.expect] = row
+                value = None if row.guard is None else row.expect
+                index[source, event, value] = row
+                steps.setdefault((event, value), {})[source] = row
         object.__setattr__(self, "index", index)
         object.__setattr__(self, "guard_of", guard_of)
+        object.__setattr__(self, "steps", steps)
+
+    def step(self, event: E, guard: bool | None = None) -> dict[S, Row[S, E]]:
+        """The rows ``event`` takes with the guard's value ``guard``, keyed by source state."""
+        return self.steps.get((event, guard), {})
 
 
 @final
@@ -92,11 +105,10 @@ class TableMachine(Generic[S, E]):
     ``lock`` protects ``_state``. Pass a shared lock to decide several machines atomically.
     """
 
-    __slots__ = ("_guard_of", "_index", "_state", "_table", "_terminal", "lock")
+    __slots__ = ("_guard_of", "_state", "_table", "_terminal", "lock")
 
     def __init__(self, table: MachineTable[S, E], *, lock: threading.Lock | None = None) -> None:
         self._table = table
-        self._index = table.index
         self._guard_of = table.guard_of
         self._terminal = table.terminal
         self._state: S = table.initial
@@ -144,13 +156,28 @@ class TableMachine(Generic[S, E]):
 
         ``guard`` is that guard's value, or ``None`` where the rows are unguarded.
         """
+        return self.take_locked(self._table.step(event, guard), event, guard)
+
+    def take_locked(
+        self, rows: dict[S, Row[S, E]], event: E, guard: bool | None = None
+    ) -> Row[S, E] | None:
+        """:meth:`step_locked` with ``rows = table.step(event, guard)`` looked up beforehand.
+
+        The hot paths (every reservation) hold their ``rows`` from import time, so a step is one
+        dict lookup by the state: no key tuple is built and hashed per call.
+        """
         state = self._state
-        row = self._index.get((state, event, guard))
-        if row is None:
+        try:
+            row = rows[state]  # a subscript, not .get(): no method call on the hot path
+        except KeyError:
             if state in self._terminal:
                 return None  # terminal states absorb every event
             self._refuse(state, event, guard)
-        checkpoint(self._table.name)  # between reading the state and writing it
+        # Between reading the state and writing it. Inlined rather than `checkpoint()`: this is
+        # every reservation's path, and a call costs more than the test-only branch it guards.
+        scheduler = _checkpoint._scheduler
+        if scheduler is not None:
+            scheduler(self._table.name)
         self._state = row.target
         return row
 
