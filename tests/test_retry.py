@@ -46,7 +46,7 @@ from diagnosis_harness.testing import FakeModel, FakeResponse
 from strategies import limits, new_run, not_callable
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Coroutine, Iterable
 
 NS = 1_000_000_000
 TECHNICAL = frozenset(
@@ -841,3 +841,35 @@ def test_an_async_function_given_to_execute_is_refused_and_never_recorded_as_a_s
         executor.execute("tool_call", untyped)
     assert ran == []  # the coroutine was closed, not left to warn as "never awaited"
     assert executor.executions == ()
+
+
+def test_an_async_function_is_refused_as_bad_input_even_on_an_ended_run() -> None:
+    ctx = new_run(timeout=0)  # the RETRY gate would refuse any attempt
+
+    async def operation() -> str:
+        return "answer"
+
+    executor = HarnessRetryExecutor(ctx)
+    untyped: Any = operation
+    with pytest.raises(TypeError, match="coroutine function"):
+        executor.execute("tool_call", untyped)
+    assert executor.executions == ()
+    assert ctx.lifecycle.state is RunState.RUNNING  # the gate was never asked
+
+
+def test_a_plain_function_returning_a_coroutine_is_still_refused_after_its_call() -> None:
+    ctx = new_run()
+    executor = HarnessRetryExecutor(ctx)
+    ran: list[str] = []
+
+    async def operation() -> str:
+        ran.append("body")
+        return "answer"
+
+    def starts_it() -> Coroutine[Any, Any, str]:  # not a coroutine function; returns a coroutine
+        return operation()
+
+    untyped: Any = starts_it
+    with pytest.raises(TypeError, match="use execute_async"):
+        executor.execute("tool_call", untyped)
+    assert ran == []

@@ -460,3 +460,25 @@ def test_concurrent_async_executions_share_one_executor() -> None:
         assert len(execution.attempts) == len(operation.calls) == 1 + i % 2
         assert [a.number for a in execution.attempts] == list(range(1, 2 + i % 2))
         assert execution.stop is StopReason.SUCCEEDED
+
+
+def test_a_plain_function_given_to_execute_async_fails_once_with_a_clear_error() -> None:
+    ctx = new_run()
+    executor = HarnessRetryExecutor(ctx)
+    ran: list[str] = []
+
+    def operation() -> str:  # ran before its result could be awaited: that attempt happened
+        ran.append("body")
+        return "answer"
+
+    untyped: Any = operation
+
+    async def main() -> None:
+        with pytest.raises(TypeError, match="fn must return an awaitable") as caught:
+            await executor.execute_async("intent_router", untyped)
+        assert "use execute" in str(caught.value)
+
+    _run_async(main())
+    assert ran == ["body"]  # once: a programming error is not a transient failure to retry
+    (attempt,) = executor.attempts
+    assert attempt.outcome is AttemptOutcome.FAILED

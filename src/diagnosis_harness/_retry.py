@@ -278,6 +278,8 @@ class HarnessRetryExecutor:
             policy = self._policy(policy)
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
+        if inspect.iscoroutinefunction(fn):  # refused before the gate: bad input, not the run's end
+            raise TypeError(f"fn must not be a coroutine function, got {fn!r}: use execute_async")
         ctx, now = self._ctx, self._now
         state = _INITIAL
         attempts: list[_RawAttempt] = []
@@ -337,7 +339,10 @@ class HarnessRetryExecutor:
             state = _NEXT[state, _ATTEMPT, None]
             started = now()
             try:
-                result = await fn(*args, **kwargs)
+                awaitable = fn(*args, **kwargs)
+                if not inspect.isawaitable(awaitable):  # a plain function ran: say so plainly
+                    raise TypeError(f"fn must return an awaitable, got {awaitable!r}: use execute")
+                result = await awaitable
             except BaseException as error:
                 delay = self._failed(policy, attempts, started, error)
                 if delay is None:
