@@ -46,6 +46,10 @@ class BudgetDimension(enum.Enum):
     RUN_BYTES = "run_bytes"
 
 
+# The seven limits' field names, read once: an enum's `.value` is a property, slow per call.
+_LIMIT_NAMES = tuple(dimension.value for dimension in BudgetDimension)
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BudgetLimits:
@@ -61,8 +65,8 @@ class BudgetLimits:
     per_tool_overrides: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
-        for dimension in BudgetDimension:
-            positive_int(dimension.value, getattr(self, dimension.value))
+        for name in _LIMIT_NAMES:
+            positive_int(name, getattr(self, name))
         overrides = self.per_tool_overrides
         if not hasattr(overrides, "items"):
             raise TypeError(
