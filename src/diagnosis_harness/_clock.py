@@ -24,7 +24,7 @@ _NS_PER_SECOND = 1_000_000_000
 
 def _to_ns(seconds: float) -> int:
     """Exact for every finite float: ``round(1e300 * 1e9)`` would be ``round(inf)``."""
-    if seconds.__class__ is int:  # the common `timeout=60`: exact without a Fraction (~1 µs)
+    if isinstance(seconds, int):  # the common `timeout=60`: exact without a Fraction (~1 µs)
         return seconds * _NS_PER_SECOND
     return round(Fraction(seconds) * _NS_PER_SECOND)
 
