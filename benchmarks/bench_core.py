@@ -9,30 +9,31 @@
 - a full run (create, 20 Tool calls, 5 Model calls with token usage, succeed) vs the same
   bookkeeping hand-written with one lock: <= 5x.
 
-Rounds interleave candidate and baseline and keep the best of each, which is what a noisy 2-core
-machine allows. Run: ``tox -e bench`` or ``python benchmarks/bench_core.py [--quick]``; writes
-``benchmarks/results/core.json`` and ``core.md``.
+Timed with pyperf (``_ratio.py``): each benchmark runs in 20 worker processes of 3 values, the
+loops calibrated to at least 100 ms a value, and a ratio is the candidate's mean over its
+baseline's, the baseline timed right before it in the same run (the stdev of each is recorded).
+The thread round times itself, from the release of the 8 started threads to the last join.
+
+Run: ``tox -e bench`` or ``python benchmarks/bench_core.py [--quick] [pyperf options]``; writes
+``benchmarks/results/core.json``, ``core.md`` and pyperf's own ``core.pyperf.json`` (for
+``python -m pyperf compare_to``).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
-import platform
 import sys
 import threading
 import time
-import timeit
-from pathlib import Path
 from typing import TYPE_CHECKING
+
+from _ratio import Ratio, Session
 
 from diagnosis_harness import Boundary, BudgetLimits, RunContext
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-RESULTS = Path(__file__).parent / "results"
 BIG = 1 << 62
 THREADS = 8
 PER_THREAD = 5_000
@@ -134,28 +135,44 @@ def _full_run_baseline() -> None:
     run.succeed()
 
 
-def _threads(reserve: Callable[[], None]) -> Callable[[], None]:
-    """One round: 8 threads released together, each reserving PER_THREAD times."""
+def _threads(reserve: Callable[[], object]) -> Callable[[int], float]:
+    """``loops`` rounds, each timed on its own: 8 threads are started and wait on a barrier; the
+    clock runs from their release to the last join, each thread reserving PER_THREAD times."""
 
-    def round_() -> None:
-        barrier = threading.Barrier(THREADS)
+    def work(barrier: threading.Barrier) -> None:
+        barrier.wait()
+        for _ in range(PER_THREAD):
+            reserve()
 
-        def work() -> None:
-            barrier.wait()
-            for _ in range(PER_THREAD):
-                reserve()
+    def rounds(loops: int) -> float:
+        total = 0.0
+        for _ in range(loops):
+            barrier = threading.Barrier(THREADS + 1)
+            workers = [threading.Thread(target=work, args=(barrier,)) for _ in range(THREADS)]
+            for worker in workers:
+                worker.start()
+            while barrier.n_waiting < THREADS:
+                time.sleep(0)
+            start = time.perf_counter()
+            barrier.wait()  # the last party: releases the 8 workers
+            for worker in workers:
+                worker.join()
+            total += time.perf_counter() - start
+        return total
 
-        workers = [threading.Thread(target=work) for _ in range(THREADS)]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
-
-    return round_
+    return rounds
 
 
-def _pairs() -> dict[str, tuple[Callable[[], object], Callable[[], object], float, int]]:
-    """path -> (candidate, baseline, target ratio, calls per timing)."""
+@dataclasses.dataclass(frozen=True)
+class _Pair:
+    candidate: Callable[[], object]
+    baseline: Callable[[], object]
+    target: float  # the ratio must not exceed it
+    baseline_text: str  # the baseline, in words, for the published table
+    threaded: bool = False
+
+
+def _pairs() -> dict[str, _Pair]:
     ctx = _new_run()
     deadline_ns = time.monotonic_ns() + 3600 * 10**9
 
@@ -181,54 +198,73 @@ def _pairs() -> dict[str, tuple[Callable[[], object], Callable[[], object], floa
 
     shared = _new_run()
     return {
-        "ctx.check(boundary)": (lambda: ctx.check(Boundary.TOOL), check_baseline, 3.0, 100_000),
-        "ctx.reserve_tool_call(name)": (
+        "ctx.check(boundary)": _Pair(
+            lambda: ctx.check(Boundary.TOOL),
+            check_baseline,
+            3.0,
+            "`time.monotonic_ns()`, a compare with the deadline, one attribute read",
+        ),
+        "ctx.reserve_tool_call(name)": _Pair(
             lambda: ctx.reserve_tool_call("t"),
             reserve_baseline,
             3.0,
-            100_000,
+            "a `threading.Lock`, a dict increment and an int compare",
         ),
-        "RunContext.create(...)": (_new_run, lambda: _Seven(1, 2, 3, 4, 5, 6, 7), 30.0, 10_000),
-        "8 threads reserving against one budget": (
-            _threads(lambda: shared.reserve_tool_call("t")),
-            _threads(reserve_baseline),
+        "RunContext.create(...)": _Pair(
+            _new_run,
+            lambda: _Seven(1, 2, 3, 4, 5, 6, 7),
+            30.0,
+            "one frozen dataclass of 7 fields",
+        ),
+        "8 threads reserving against one budget": _Pair(
+            lambda: shared.reserve_tool_call("t"),
+            reserve_baseline,
             2.0,
-            1,
+            "the same 8 threads, each reserving under one bare lock",
+            threaded=True,
         ),
-        "full run: create, 20 Tool calls, 5 Model calls, succeed": (
+        "full run: create, 20 Tool calls, 5 Model calls, succeed": _Pair(
             _full_run_harness,
             _full_run_baseline,
             5.0,
-            2_000,
+            "the same bookkeeping hand-written under one lock",
         ),
     }
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
-    args = parser.parse_args()
-    rounds, scale = (3, 0.1) if args.quick else (9, 1.0)
-    results: dict[str, dict[str, float | bool]] = {}
+    session = Session(__doc__.split("\n", 1)[0] if __doc__ else "bench_core")
+    measured: list[tuple[Ratio, _Pair]] = []
+    for path, pair in _pairs().items():
+        ratio = session.pair(
+            path,
+            pair.candidate,
+            pair.baseline,
+            pair.target,
+            timed=_threads if pair.threaded else None,
+        )
+        if ratio is not None:
+            measured.append((ratio, pair))
+    if session.worker:
+        return 0
+
+    results: dict[str, dict[str, object]] = {}
     rows = []
-    for path, (candidate, baseline, target, number) in _pairs().items():
-        calls = max(1, int(number * scale))
-        best_candidate = best_baseline = float("inf")
-        for _ in range(rounds):
-            best_baseline = min(best_baseline, timeit.timeit(baseline, number=calls) / calls)
-            best_candidate = min(best_candidate, timeit.timeit(candidate, number=calls) / calls)
-        ratio = best_candidate / best_baseline
-        met = ratio <= target
-        results[path] = {
-            "candidate_ns": best_candidate * 1e9,
-            "baseline_ns": best_baseline * 1e9,
-            "ratio": ratio,
-            "target": target,
-            "met": met,
+    for ratio, pair in measured:
+        results[ratio.path] = {
+            "candidate_ns": ratio.candidate.mean_ns,
+            "candidate_stdev_ns": ratio.candidate.stdev_ns,
+            "baseline_ns": ratio.baseline.mean_ns,
+            "baseline_stdev_ns": ratio.baseline.stdev_ns,
+            "values": ratio.candidate.values,
+            "ratio": ratio.ratio,
+            "target": ratio.target,
+            "met": ratio.met,
+            "baseline": pair.baseline_text,
         }
         rows.append(
-            f"| {path} | {best_candidate * 1e9:,.0f} | {best_baseline * 1e9:,.0f} "
-            f"| {ratio:.2f}x | <= {target:g}x | {'met' if met else 'NOT met'} |"
+            f"| {ratio.path} | {ratio.candidate.cell()} | {ratio.baseline.cell()} "
+            f"| {ratio.ratio:.2f}x | <= {ratio.target:g}x | {'met' if ratio.met else 'NOT met'} |"
         )
     table = "\n".join(
         [
@@ -237,10 +273,7 @@ def main() -> int:
             *rows,
         ]
     )
-    RESULTS.mkdir(exist_ok=True)
-    report = {"python": sys.version.split()[0], "machine": platform.machine(), "paths": results}
-    (RESULTS / "core.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    (RESULTS / "core.md").write_text(table + "\n", encoding="utf-8")
+    session.save("core", {**session.provenance(), "paths": results}, table)
     print(table)
     return 0
 
