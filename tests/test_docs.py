@@ -19,6 +19,7 @@ import ast
 import builtins
 import io
 import re
+import subprocess
 import sys
 import threading
 import tokenize
@@ -259,22 +260,37 @@ def test_no_python_block_escapes_under_another_name(path: Path) -> None:
     assert not aliases, f"{path.name}: use ```python or ```text for the blocks at lines {aliases}"
 
 
+_INCLUDE = re.compile(r'^--8<-- "(?P<page>[^":]+):(?P<section>[\w-]+)"$', re.MULTILINE)
+# The primitive pages that show a machine, and the machine page they include it from.
+_MACHINE_OF_PAGE = {
+    "lifecycle.md": "lifecycle.md",
+    "budget-and-capacity.md": "budget.md",
+    "retry.md": "retry.md",
+}
+
+
 @pytest.mark.parametrize("path", FILES, ids=lambda path: path.relative_to(ROOT).as_posix())
-def test_embedded_diagrams_match_the_generated_pages(path: Path) -> None:
-    """A diagram copied from docs/machines/ must stay the generated one (codegen owns it)."""
-    generated = {
-        block.source
-        for page in sorted((ROOT / "docs" / "machines").glob("*.md"))
-        for block in fenced_blocks(page)
-        if block.info == "mermaid"
+def test_machine_sections_are_included_not_copied(path: Path) -> None:
+    """A page shows a generated diagram or table by including it (codegen owns the text)."""
+    copies = [b.line for b in fenced_blocks(path) if b.info == "mermaid"]
+    assert not copies, f"{path.name}: mermaid copied at lines {copies}; include it with --8<--"
+    for include in _INCLUDE.finditer(path.read_text(encoding="utf-8")):
+        source = ROOT / "docs" / include["page"]
+        section = include["section"]
+        assert source.is_file(), f"{path.name}: {include[0]} names no file under docs/"
+        assert f"<!-- --8<-- [start:{section}] -->" in source.read_text(encoding="utf-8"), (
+            f"{path.name}: {include[0]}: {source.name} has no section {section!r}"
+        )
+
+
+@pytest.mark.parametrize(("page", "machine"), sorted(_MACHINE_OF_PAGE.items()))
+def test_primitive_pages_show_their_machine(page: str, machine: str) -> None:
+    included = {
+        (m["page"], m["section"])
+        for m in _INCLUDE.finditer((ROOT / "docs" / page).read_text(encoding="utf-8"))
     }
-    stale = [
-        b.line for b in fenced_blocks(path) if b.info == "mermaid" and b.source not in generated
-    ]
-    assert not stale, (
-        f"{path.name}: the diagrams at lines {stale} differ from docs/machines/; copy them again "
-        "after `python -m diagnosis_harness.codegen`"
-    )
+    wanted = {(f"machines/{machine}", "diagram"), (f"machines/{machine}", "transitions")}
+    assert wanted <= included, f"{page} does not include {sorted(wanted - included)}"
 
 
 def _anchors(path: Path) -> set[str]:
@@ -303,3 +319,17 @@ def test_relative_links_resolve(path: Path) -> None:
         if not target.is_file() or (anchor and anchor not in _anchors(target)):
             broken.append(match[0])
     assert not broken, f"{path.name}: broken links {broken}"
+
+
+def test_the_quickstart_runs_as_a_script_of_its_own(tmp_path: Path) -> None:
+    """The quickstart is one block a newcomer pastes into a file: it needs nothing else."""
+    (block,) = _BLOCKS[ROOT / "docs" / "quickstart.md"]
+    script = tmp_path / "quickstart.py"
+    script.write_text(block.source, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    shown = [line for lines in _prints_with_markers(block).values() for line in lines]
+    assert done.stdout.splitlines() == shown
+

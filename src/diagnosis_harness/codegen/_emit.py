@@ -273,9 +273,9 @@ def render_doc(machine: MachineSpec, model_class: type[StateMachine]) -> str:
         f"Model: `diagnosis_harness._generated.models.{machine.class_name}`.\n"
     )
     lines.append("## Diagram\n")
-    lines.append("```mermaid")
-    lines.append(format(model_class, "mermaid").rstrip("\n"))
-    lines.append("```\n")
+    lines.extend(
+        _section("diagram", ["```mermaid", format(model_class, "mermaid").rstrip("\n"), "```"])
+    )
     lines.append("## States\n")
     lines.append("| State | Kind | Meaning |")
     lines.append("|---|---|---|")
@@ -290,20 +290,25 @@ def render_doc(machine: MachineSpec, model_class: type[StateMachine]) -> str:
     lines.append("")
     if machine.guards:
         lines.append("## Guards\n")
-        lines.append("| Guard | Holds when |")
-        lines.append("|---|---|")
-        lines.extend(f"| `{g.name}` | {g.doc} |" for g in machine.guards)
-        lines.append("")
+        guards = ["| Guard | Holds when |", "|---|---|"]
+        guards.extend(f"| `{g.name}` | {g.doc} |" for g in machine.guards)
+        lines.extend(_section("guards", guards))
     lines.append("## Transitions\n")
     lines.append("Every event from a terminal state is absorbed: it changes nothing.\n")
-    lines.append("| Row | Source | Event | Guard | Target | Requirement |")
-    lines.append("|---|---|---|---|---|---|")
+    rows = ["| Row | Source | Event | Guard | Target | Requirement |", "|---|---|---|---|---|---|"]
     for r in machine.rows:
         guard = f"`{r.guard_text}`" if r.guard else ""
-        lines.append(
+        rows.append(
             f"| {r.index} | `{r.source}` | `{r.event}` | {guard} | `{r.target}` | {r.requirement} |"
         )
-    return "\n".join(lines) + "\n"
+    lines.extend(_section("transitions", rows))
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+# The primitive pages include these sections with pymdownx.snippets (`--8<-- "page.md:name"`)
+# instead of keeping copies; the markers are HTML comments, so the page itself reads the same.
+def _section(name: str, body: list[str]) -> list[str]:
+    return [f"<!-- --8<-- [start:{name}] -->", *body, f"<!-- --8<-- [end:{name}] -->", ""]
 
 
 def render_all(machines: Sequence[MachineSpec]) -> dict[str, str]:

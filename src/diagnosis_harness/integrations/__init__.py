@@ -14,7 +14,8 @@ and a missing one is an ``ImportError`` that names the extra to install
   map SDK exceptions to :class:`~diagnosis_harness.FailureKind` for
   ``HarnessRetryExecutor(ctx, classifier=...)``.
 
-See ``docs/guides/hidden-retries.md``.
+See ``docs/guides/wiring-sdk-clients.md`` for wiring a client, and ``docs/guides/hidden-retries.md``
+for why the SDKs' own retries are off.
 """
 
 from __future__ import annotations
