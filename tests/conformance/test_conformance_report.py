@@ -295,6 +295,24 @@ def test_rows_serving_a_requirement_the_spec_lacks_are_reported() -> None:
     )
 
 
+def test_a_spec_of_your_own_gets_no_harness_table_by_default() -> None:
+    """A user's own spec shares no requirement with the harness's rows: no table, no problem."""
+    other = load_spec(HERE / "fixtures" / "specs" / "valid" / "spec.md")
+    report = build_report(other, [], coverage={})
+    assert report.coverage == ()
+    assert report.coverage_problems == ()
+    # A table the run recorded coverage of is shown all the same, with what it serves.
+    report = build_report(other, [], coverage={"budget": {1: 3}})
+    assert [machine.name for machine in report.coverage] == ["budget"]
+    assert len(report.coverage_problems) == len(BUDGET.rows)
+
+
+def test_the_harness_spec_gets_every_harness_table_by_default(parsed: ParsedSpec) -> None:
+    report = build_report(parsed, [], coverage={"budget": {1: 3}})
+    assert [machine.name for machine in report.coverage] == [t.name for t in default_tables()]
+    assert report.coverage_problems == ()
+
+
 @pytest.mark.parametrize("count", [-1, 1.5, True, "3"])
 def test_a_count_must_be_a_natural_number(parsed: ParsedSpec, count: object) -> None:
     with pytest.raises(ValueError, match=r"coverage\['lifecycle'\]\[1\] must be an int >= 0"):

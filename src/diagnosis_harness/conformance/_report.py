@@ -406,8 +406,9 @@ def build_report(
     ``unknown_markers`` the caller found itself (malformed marks, say). ``coverage`` is the
     transition coverage in any shape :func:`coverage_counts` reads (a ``TransitionCoverage``,
     its ``counts()`` or ``as_dict()``, or ``{table name: {row index: count}}``); ``None`` when no
-    stateful run recorded any. ``tables`` defaults to :func:`default_tables`. ``version``
-    defaults to diagnosis-harness's own.
+    stateful run recorded any. ``tables`` defaults to those of :func:`default_tables` whose
+    rows serve a requirement of ``spec`` or that ``coverage`` names (none, for a spec of your
+    own and no coverage). ``version`` defaults to diagnosis-harness's own.
     """
     parsed = spec
     index = parsed.spec.index
@@ -433,8 +434,19 @@ def build_report(
             )
         )
 
-    tables = default_tables() if tables is None else tuple(tables)
     counts = None if coverage is None else coverage_counts(coverage)
+    if tables is None:
+        # The harness's own tables belong in a report of a spec their rows serve, or whose tests
+        # recorded their coverage; not in the report of a user's own spec, where every row would
+        # be listed as a coverage problem.
+        tables = tuple(
+            table
+            for table in default_tables()
+            if (counts is not None and table.name in counts)
+            or any(row.requirement in parsed.spec.by_name for row in table.rows)
+        )
+    else:
+        tables = tuple(tables)
     coverage_problems = _coverage_problems(parsed, counts, tables)
     machine_coverage = tuple(
         table_coverage(t, None if counts is None else counts.get(t.name, {})) for t in tables
