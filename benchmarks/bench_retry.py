@@ -2,25 +2,24 @@
 
 Two paths, zero wait everywhere: success on the first attempt, and fail once then succeed.
 Overhead is each candidate's time minus the bare operation's (the same calls without any retry
-library), so the ratio compares what the libraries add. Rounds interleave the candidates and the
-best round of each is kept, which is what a noisy 2-core machine allows.
+library), so the ratio compares what the libraries add. Timed with pyperf (``_ratio.py``): each
+candidate runs in 20 worker processes of 3 values, loops calibrated to at least 100 ms a value;
+the means are used, one path's four candidates timed one after the other in the same run (the
+stdev of each is recorded).
 
-Run: ``tox -e bench`` (or ``python benchmarks/bench_retry.py [--quick]``). Writes
-``benchmarks/results/retry.json`` and ``retry.md``.
+Run: ``tox -e bench`` (or ``python benchmarks/bench_retry.py [--quick] [pyperf options]``). Writes
+``benchmarks/results/retry.json``, ``retry.md`` and pyperf's own ``retry.pyperf.json`` (for
+``python -m pyperf compare_to``).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import sys
-import timeit
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import stamina
 import tenacity
+from _ratio import Session, Timing
 from stamina.instrumentation import set_on_retry_hooks
 
 from diagnosis_harness import (
@@ -36,7 +35,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 TARGET = 5.0  # the issue's figure: at least 5x less overhead than either peer
-RESULTS = Path(__file__).parent / "results"
+PATHS = {
+    "first_try": "success on the first attempt",
+    "fail_once": "one failure, then success",
+}
 
 
 def _limits() -> BudgetLimits:
@@ -96,54 +98,57 @@ def _candidates(path: str) -> dict[str, Callable[[], object]]:
     }
 
 
-def measure(path: str, *, number: int, rounds: int) -> dict[str, float]:
-    """Best time per call in ns for each candidate, rounds interleaved."""
-    candidates = _candidates(path)
-    best = dict.fromkeys(candidates, float("inf"))
-    for _ in range(rounds):
-        for name, fn in candidates.items():
-            elapsed = timeit.timeit(fn, number=number)
-            best[name] = min(best[name], elapsed / number * 1e9)
-    return best
+def measure(session: Session, path: str) -> dict[str, Timing] | None:
+    """Each candidate of ``path``, one after the other; ``None`` in a worker process."""
+    timings: dict[str, Timing] = {}
+    for name, fn in _candidates(path).items():
+        timing = session.time(f"retry {path} [{name}]", fn)
+        if timing is not None:
+            timings[name] = timing
+    return None if session.worker else timings
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
-    args = parser.parse_args()
-    number, rounds = (2_000, 3) if args.quick else (20_000, 9)
+    session = Session(__doc__.split("\n", 1)[0] if __doc__ else "bench_retry")
+    measured = {path: measure(session, path) for path in PATHS}
+    if session.worker:
+        return 0
+
     paths: dict[str, object] = {}
-    report = {
-        "python": sys.version.split()[0],
-        "machine": platform.machine(),
-        "target_ratio": TARGET,
-        "paths": paths,
-    }
     rows = []
     ok = True
-    for path in ("first_try", "fail_once"):
-        ns = measure(path, number=number, rounds=rounds)
+    for path, timings in measured.items():
+        assert timings is not None
+        ns = {name: timing.mean_ns for name, timing in timings.items()}
         base = ns["bare operation"]
         ours = max(ns["diagnosis-harness"] - base, 1.0)
         ratios = {peer: (ns[peer] - base) / ours for peer in ("tenacity", "stamina")}
-        ok &= all(r >= TARGET for r in ratios.values())
-        paths[path] = {"ns_per_call": ns, "overhead_ratio_vs": ratios}
+        met = all(r >= TARGET for r in ratios.values())
+        ok &= met
+        paths[path] = {
+            "description": PATHS[path],
+            "ns_per_call": ns,
+            "stdev_ns": {name: timing.stdev_ns for name, timing in timings.items()},
+            "values": timings["diagnosis-harness"].values,
+            "overhead_ratio_vs": ratios,
+            "met": met,
+        }
+        cells = " | ".join(timings[name].cell(".0f") for name in timings)
         rows.append(
-            f"| {path} | {ns['bare operation']:.0f} | {ns['diagnosis-harness']:.0f} "
-            f"| {ns['tenacity']:.0f} | {ns['stamina']:.0f} "
-            f"| {ratios['tenacity']:.1f}x | {ratios['stamina']:.1f}x |"
+            f"| {path} | {cells} "
+            f"| {ratios['tenacity']:.1f}x | {ratios['stamina']:.1f}x "
+            f"| >= {TARGET:g}x | {'met' if met else 'NOT met'} |"
         )
     table = "\n".join(
         [
             "| path | bare ns | diagnosis-harness ns | tenacity ns | stamina ns "
-            "| tenacity overhead / ours | stamina overhead / ours |",
-            "|---|---|---|---|---|---|---|",
+            "| tenacity overhead / ours | stamina overhead / ours | target | |",
+            "|---|---|---|---|---|---|---|---|---|",
             *rows,
         ]
     )
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "retry.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    (RESULTS / "retry.md").write_text(table + "\n", encoding="utf-8")
+    report = {**session.provenance(), "target_ratio": TARGET, "paths": paths}
+    session.save("retry", report, table)
     print(table)
     print(f"target: peers' overhead >= {TARGET}x ours on both paths: {'met' if ok else 'NOT met'}")
     return 0

@@ -333,3 +333,13 @@ def test_the_quickstart_runs_as_a_script_of_its_own(tmp_path: Path) -> None:
     shown = [line for lines in _prints_with_markers(block).values() for line in lines]
     assert done.stdout.splitlines() == shown
 
+
+def test_the_performance_page_shows_the_recorded_results() -> None:
+    """docs/performance.md's figures are benchmarks/results/ as publish.py renders them."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "publish.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -9,6 +9,8 @@ a thread join, so that a bug fails the test instead of hanging it.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -855,6 +857,63 @@ def test_an_async_function_is_refused_as_bad_input_even_on_an_ended_run() -> Non
         executor.execute("tool_call", untyped)
     assert executor.executions == ()
     assert ctx.lifecycle.state is RunState.RUNNING  # the gate was never asked
+
+
+async def _answer() -> str:
+    return "answer"
+
+
+class _Service:
+    async def ask(self) -> str:
+        return "answer"
+
+
+def _async_with_attributes() -> Callable[[], Coroutine[Any, Any, str]]:
+    async def labelled() -> str:
+        return "answer"
+
+    labelled.label = "router"  # type: ignore[attr-defined]  # a decorator's bookkeeping
+    return labelled
+
+
+def _coroutine_functions() -> list[Any]:
+    forms: list[Any] = [
+        pytest.param(_answer, id="async def"),
+        pytest.param(functools.partial(_answer), id="partial"),
+        pytest.param(_Service().ask, id="bound method"),
+        pytest.param(_async_with_attributes(), id="async def with attributes"),
+    ]
+    if sys.version_info >= (3, 12):
+
+        def starts_it() -> Coroutine[Any, Any, str]:  # a plain function, marked as async
+            return _answer()
+
+        marked = inspect.markcoroutinefunction(starts_it)
+        forms.append(pytest.param(marked, id="markcoroutinefunction"))
+    return forms
+
+
+@pytest.mark.parametrize("operation", _coroutine_functions())
+def test_every_form_of_coroutine_function_is_refused_before_the_gate(operation: Any) -> None:
+    ctx = new_run(timeout=0)  # the RETRY gate would refuse any attempt
+    executor = HarnessRetryExecutor(ctx)
+    with pytest.raises(TypeError, match="coroutine function"):
+        executor.execute("tool_call", operation)
+    assert executor.executions == ()
+    assert ctx.lifecycle.state is RunState.RUNNING  # the gate was never asked
+
+
+def test_a_plain_function_carrying_attributes_runs_as_a_plain_function() -> None:
+    ctx = new_run()
+    executor = HarnessRetryExecutor(ctx)
+
+    @functools.wraps(_answer)  # copies __name__, __doc__... and sets __wrapped__
+    def operation() -> str:
+        return "answer"
+
+    assert executor.execute("tool_call", operation) == "answer"
+    (execution,) = executor.executions
+    assert [a.outcome for a in execution.attempts] == [AttemptOutcome.SUCCEEDED]
 
 
 def test_a_plain_function_returning_a_coroutine_is_still_refused_after_its_call() -> None:

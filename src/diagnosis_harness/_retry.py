@@ -27,9 +27,11 @@ import math
 import random
 import sys
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ParamSpec, TypeVar, final
+from types import CoroutineType, FunctionType
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, final
 
 from ._boundary import Boundary
 from ._context import RunContext
@@ -39,6 +41,8 @@ from ._generated.tables import RETRY, RetryEvent, RetryState
 from ._retry_policy import RetryPolicy
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from ._lifecycle import RunTermination
 
 __all__ = [
@@ -57,18 +61,25 @@ T = TypeVar("T")
 Classifier = Callable[[Exception], "FailureKind | None"]
 """Maps an SDK's exception to a :class:`FailureKind`; ``None`` means "not mine" (UNKNOWN)."""
 
-# An execution's state lives in its own frame, unlocked: a lookup in the table's index is the
-# whole transition (a missing key would be a transition the table does not have).
-_NEXT = {key: row.target for key, row in RETRY.index.items()}
-_INITIAL = RETRY.initial
-_ATTEMPTING = RetryState.ATTEMPTING
-_AWAITING = _NEXT[_ATTEMPTING, RetryEvent.FAIL, True]
-_ATTEMPT, _STOP, _SUCCEED, _FAIL = (
-    RetryEvent.ATTEMPT,
-    RetryEvent.STOP,
-    RetryEvent.SUCCEED,
-    RetryEvent.FAIL,
-)
+
+# An execution's state lives in its own frame, unlocked, by name (raw records hold no enum member,
+# see _RawExecution): a lookup in the table's rows for one event and guard value is the whole
+# transition (a missing key would be a transition the table does not have). The table's rows are
+# grouped by event and guard value once, here, so that a step is one lookup by the current state.
+def _on(event: RetryEvent, guard: bool | None = None) -> dict[str, str]:
+    return {source.name: row.target.name for source, row in RETRY.step(event, guard).items()}
+
+
+_ON_ATTEMPT = _on(RetryEvent.ATTEMPT)
+_ON_STOP = _on(RetryEvent.STOP)
+_ON_SUCCEED = _on(RetryEvent.SUCCEED)
+_ON_RETRY = _on(RetryEvent.FAIL, True)  # retry_allowed
+_ON_FINAL = _on(RetryEvent.FAIL, False)  # not retry_allowed
+_INITIAL = RETRY.initial.name
+_ATTEMPTING = RetryState.ATTEMPTING.name
+_AWAITING = _ON_RETRY[_ATTEMPTING]
+_RETRY = Boundary.RETRY  # an enum member read from its class costs ~100 ns on Python 3.11
+_CO_COROUTINE = inspect.CO_COROUTINE
 _NS_PER_SECOND = 1_000_000_000
 
 
@@ -81,7 +92,9 @@ class AttemptOutcome(enum.Enum):
     """A ``BaseException`` that is not an ``Exception`` (task cancelled, Ctrl-C, exit) ended it."""
 
 
-_SUCCEEDED = AttemptOutcome.SUCCEEDED
+_SUCCEEDED = AttemptOutcome.SUCCEEDED.name
+_FAILED = AttemptOutcome.FAILED.name
+_INTERRUPTED = AttemptOutcome.INTERRUPTED.name
 
 
 class StopReason(enum.Enum):
@@ -98,7 +111,7 @@ class StopReason(enum.Enum):
     """The operation raised a ``BaseException`` that is not an ``Exception``."""
 
 
-_STOP_SUCCEEDED = StopReason.SUCCEEDED
+_STOP_SUCCEEDED = StopReason.SUCCEEDED.name
 
 
 @final
@@ -135,15 +148,34 @@ class ExecutionRecord:
         return f"harness retry [{self.policy}]: {attempts}; stop: {self.stop.name}"
 
 
-# (number, outcome, failure, started_ns, ended_ns) and (policy, attempts, stop, state, termination)
-_RawAttempt = tuple[int, AttemptOutcome, "FailureKind | None", int, int]
-_RawExecution = tuple[str, list[_RawAttempt], StopReason, RetryState, "RunTermination | None"]
+# Executions are kept raw on the hot path and turned into ExecutionRecords when read: a frozen
+# dataclass costs ~1 us to build. A raw execution is one flat tuple of str, int and None, enum
+# members by name: (policy, stop, state, termination), then (number, outcome, failure, started_ns,
+# ended_ns) for each attempt. The cyclic GC stops tracking such a tuple at its first collection, so
+# a long history costs it nothing; with enum members or nested containers in them, every record
+# stayed tracked and the full collections walking them cost more than the rest of an execution.
+# A termination keeps its record tracked, which is fine: a run ends once.
+_Field = int | str | None
+_RawExecution = tuple["_Field | RunTermination", ...]
 
 
 def _materialize(raw: _RawExecution) -> ExecutionRecord:
-    policy, attempts, stop, state, termination = raw
-    records = tuple(AttemptRecord(policy, *attempt) for attempt in attempts)
-    return ExecutionRecord(policy, records, stop, state, termination)
+    policy, stop, state, termination = cast("tuple[str, str, str, RunTermination | None]", raw[:4])
+    fields = cast("Iterator[Any]", iter(raw[4:]))
+    attempts = tuple(
+        AttemptRecord(
+            policy,
+            number,
+            AttemptOutcome[outcome],
+            None if failure is None else FailureKind[failure],
+            started,
+            ended,
+        )
+        for number, outcome, failure, started, ended in zip(
+            fields, fields, fields, fields, fields, strict=True
+        )
+    )
+    return ExecutionRecord(policy, attempts, StopReason[stop], RetryState[state], termination)
 
 
 @final
@@ -192,6 +224,17 @@ def _kind_of_termination(error: RunTerminated) -> FailureKind:
     return FailureKind.CANCELLED
 
 
+def _is_coroutine_function(fn: Callable[..., object]) -> bool:
+    """``inspect.iscoroutinefunction(fn)``, answered without it for a plain ``def`` or lambda.
+
+    inspect's check costs ~300 ns; for a function (not a method or partial) it reads only the code's
+    flags and, on 3.12+, a marker attribute, which lives in the function's ``__dict__``.
+    """
+    if isinstance(fn, FunctionType) and not fn.__dict__:  # FunctionType has no subclasses
+        return bool(fn.__code__.co_flags & _CO_COROUTINE)
+    return inspect.iscoroutinefunction(fn)
+
+
 def _attach(error: BaseException, record: ExecutionRecord) -> None:
     """Attach the history to the operation's own exception, without wrapping it."""
     error.harness_execution = record  # type: ignore[attr-defined]  # the documented extra attribute
@@ -217,7 +260,8 @@ class HarnessRetryExecutor:
     """Runs operations under a :class:`RetryPolicy` for one run; the only place retries happen.
 
     ``classifier`` maps your SDK's exceptions to kinds (see ``diagnosis_harness.integrations``);
-    ``backoff`` spaces retries (none by default). Thread-safe: records are appended under a lock.
+    ``backoff`` spaces retries (none by default). Thread-safe: concurrent executions are all
+    recorded, in the order they end.
     """
 
     __slots__ = (
@@ -247,10 +291,11 @@ class HarnessRetryExecutor:
         self._now = ctx.clock.monotonic_ns
         self._classifier = classifier
         self._backoff = backoff
-        # _lock protects _raw and _executions. Executions are stored raw (plain tuples) on the hot
-        # path and turned into ExecutionRecords when read: a frozen dataclass costs ~1 us to build.
+        # Raw executions (see _RawExecution) go to a deque, whose appends and pops are thread-safe
+        # without a lock (taking one cost ~200 ns an execution); _lock protects _executions and
+        # lets one reader at a time move the raw executions there, in the order they ended.
         self._lock = threading.Lock()
-        self._raw: list[_RawExecution] = []
+        self._raw: deque[_RawExecution] = deque()
         self._executions: list[ExecutionRecord] = []
 
     @property
@@ -262,9 +307,10 @@ class HarnessRetryExecutor:
     def executions(self) -> tuple[ExecutionRecord, ...]:
         """Every execution, in the order they ended."""
         with self._lock:
-            raw, self._raw = self._raw, []
-            self._executions.extend(_materialize(r) for r in raw)
-            return tuple(self._executions)
+            raw, executions = self._raw, self._executions
+            while raw:  # only readers pop, one at a time: what `raw` holds stays until popped
+                executions.append(_materialize(raw.popleft()))
+            return tuple(executions)
 
     def execute(
         self, policy: RetryPolicy | str, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
@@ -278,23 +324,25 @@ class HarnessRetryExecutor:
             policy = self._policy(policy)
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
-        if inspect.iscoroutinefunction(fn):  # refused before the gate: bad input, not the run's end
+        if _is_coroutine_function(fn):  # refused before the gate: bad input, not the run's end
             raise TypeError(f"fn must not be a coroutine function, got {fn!r}: use execute_async")
         ctx, now = self._ctx, self._now
         state = _INITIAL
-        attempts: list[_RawAttempt] = []
+        number = 0  # attempts made
+        attempts: list[_Field] = []  # their fields, flat (see _RawExecution)
         while True:
             try:
-                ctx.check(Boundary.RETRY)
+                ctx.check(_RETRY)
             except RunTerminated as stopped:
-                self._stopped(policy, attempts, _NEXT[state, _STOP, None], stopped)
+                self._stopped(policy, attempts, _ON_STOP[state], stopped)
                 raise
-            state = _NEXT[state, _ATTEMPT, None]
+            state = _ON_ATTEMPT[state]
+            number += 1
             started = now()
             try:
                 result = fn(*args, **kwargs)
             except BaseException as error:
-                delay = self._failed(policy, attempts, started, error)
+                delay = self._failed(policy, attempts, number, started, error)
                 if delay is None:
                     raise
                 state = _AWAITING
@@ -305,13 +353,11 @@ class HarnessRetryExecutor:
                         self._interrupted(policy, attempts, interrupt)
                         raise
                 continue
-            if inspect.iscoroutine(result):  # an async function: its body never ran
+            if isinstance(result, CoroutineType):  # an async function: its body never ran
                 result.close()
                 raise TypeError(f"{fn!r} returned a coroutine: use execute_async")
-            attempts.append((len(attempts) + 1, _SUCCEEDED, None, started, now()))
-            done = (policy.name, attempts, _STOP_SUCCEEDED, _NEXT[state, _SUCCEED, None], None)
-            with self._lock:
-                self._raw.append(done)
+            attempts.extend((number, _SUCCEEDED, None, started, now()))
+            self._raw.append((policy.name, _STOP_SUCCEEDED, _ON_SUCCEED[state], None, *attempts))
             return result
 
     async def execute_async(
@@ -329,14 +375,16 @@ class HarnessRetryExecutor:
             raise TypeError(f"fn must be callable, got {fn!r}")
         ctx, now = self._ctx, self._now
         state = _INITIAL
-        attempts: list[_RawAttempt] = []
+        number = 0  # attempts made
+        attempts: list[_Field] = []  # their fields, flat (see _RawExecution)
         while True:
             try:
-                ctx.check(Boundary.RETRY)
+                ctx.check(_RETRY)
             except RunTerminated as stopped:
-                self._stopped(policy, attempts, _NEXT[state, _STOP, None], stopped)
+                self._stopped(policy, attempts, _ON_STOP[state], stopped)
                 raise
-            state = _NEXT[state, _ATTEMPT, None]
+            state = _ON_ATTEMPT[state]
+            number += 1
             started = now()
             try:
                 awaitable = fn(*args, **kwargs)
@@ -344,7 +392,7 @@ class HarnessRetryExecutor:
                     raise TypeError(f"fn must return an awaitable, got {awaitable!r}: use execute")
                 result = await awaitable
             except BaseException as error:
-                delay = self._failed(policy, attempts, started, error)
+                delay = self._failed(policy, attempts, number, started, error)
                 if delay is None:
                     raise
                 state = _AWAITING
@@ -355,72 +403,71 @@ class HarnessRetryExecutor:
                         self._interrupted(policy, attempts, interrupt)
                         raise
                 continue
-            attempts.append((len(attempts) + 1, _SUCCEEDED, None, started, now()))
-            done = (policy.name, attempts, _STOP_SUCCEEDED, _NEXT[state, _SUCCEED, None], None)
-            with self._lock:
-                self._raw.append(done)
+            attempts.extend((number, _SUCCEEDED, None, started, now()))
+            self._raw.append((policy.name, _STOP_SUCCEEDED, _ON_SUCCEED[state], None, *attempts))
             return result
 
     # -- helpers ----------------------------------------------------------------------------------
 
     def _failed(
-        self, policy: RetryPolicy, attempts: list[_RawAttempt], started: int, error: BaseException
+        self,
+        policy: RetryPolicy,
+        attempts: list[_Field],
+        number: int,
+        started: int,
+        error: BaseException,
     ) -> float | None:
-        """Record a failed attempt; the delay before the next one, or None to re-raise ``error``."""
-        number = len(attempts) + 1
+        """Record failed attempt ``number``; the delay before the next, or None to re-raise."""
         if not isinstance(error, Exception):  # CancelledError, KeyboardInterrupt, SystemExit
-            attempts.append((number, AttemptOutcome.INTERRUPTED, None, started, self._now()))
-            target = _NEXT[_ATTEMPTING, _FAIL, False]
-            _attach(
-                error, self._store((policy.name, attempts, StopReason.INTERRUPTED, target, None))
-            )
+            attempts.extend((number, _INTERRUPTED, None, started, self._now()))
+            target = _ON_FINAL[_ATTEMPTING]
+            _attach(error, self._store(policy, attempts, StopReason.INTERRUPTED, target))
             return None
         try:
             kind = self._classify(error)
         except Exception as broken:  # a classifier bug: the attempt still happened; record it
-            attempts.append(
-                (number, AttemptOutcome.FAILED, FailureKind.UNKNOWN, started, self._now())
-            )
-            target = _NEXT[_ATTEMPTING, _FAIL, False]
-            _attach(
-                broken, self._store((policy.name, attempts, StopReason.NOT_RETRYABLE, target, None))
-            )
+            attempts.extend((number, _FAILED, FailureKind.UNKNOWN.name, started, self._now()))
+            target = _ON_FINAL[_ATTEMPTING]
+            _attach(broken, self._store(policy, attempts, StopReason.NOT_RETRYABLE, target))
             raise broken from error
         allowed = policy.may_retry(kind, number)
-        attempts.append((number, AttemptOutcome.FAILED, kind, started, self._now()))
-        target = _NEXT[_ATTEMPTING, _FAIL, allowed]
+        attempts.extend((number, _FAILED, kind.name, started, self._now()))
+        target = (_ON_RETRY if allowed else _ON_FINAL)[_ATTEMPTING]
         if allowed:
             backoff = self._backoff
             return 0.0 if backoff is None else backoff.delay(number)
         stop = (
             StopReason.ATTEMPTS_EXHAUSTED if kind in policy.retryable else StopReason.NOT_RETRYABLE
         )
-        _attach(error, self._store((policy.name, attempts, stop, target, None)))
+        _attach(error, self._store(policy, attempts, stop, target))
         return None
 
     def _interrupted(
-        self, policy: RetryPolicy, attempts: list[_RawAttempt], interrupt: BaseException
+        self, policy: RetryPolicy, attempts: list[_Field], interrupt: BaseException
     ) -> None:
         """A BaseException while awaiting a retry: the loop stops there (AWAITING_RETRY -> stop)."""
-        target = _NEXT[_AWAITING, _STOP, None]
-        _attach(
-            interrupt, self._store((policy.name, attempts, StopReason.INTERRUPTED, target, None))
-        )
+        target = _ON_STOP[_AWAITING]
+        _attach(interrupt, self._store(policy, attempts, StopReason.INTERRUPTED, target))
 
     def _stopped(
+        self, policy: RetryPolicy, attempts: list[_Field], state: str, stopped: RunTerminated
+    ) -> None:
+        record = self._store(
+            policy, attempts, StopReason.RUN_TERMINATED, state, stopped.termination
+        )
+        _attach(stopped, record)
+
+    def _store(
         self,
         policy: RetryPolicy,
-        attempts: list[_RawAttempt],
-        state: RetryState,
-        stopped: RunTerminated,
-    ) -> None:
-        raw = (policy.name, attempts, StopReason.RUN_TERMINATED, state, stopped.termination)
-        _attach(stopped, self._store(raw))
-
-    def _store(self, raw: _RawExecution) -> ExecutionRecord:
+        attempts: list[_Field],
+        stop: StopReason,
+        state: str,
+        termination: RunTermination | None = None,
+    ) -> ExecutionRecord:
         """Keep a failed or stopped execution and build its record now, to attach it."""
-        with self._lock:
-            self._raw.append(raw)
+        raw = (policy.name, stop.name, state, termination, *attempts)
+        self._raw.append(raw)
         return _materialize(raw)
 
     def _policy(self, policy: object) -> RetryPolicy:
