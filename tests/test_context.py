@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import asyncio
 import dataclasses
+import gc
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -321,3 +323,45 @@ def test_budget_refusal_names_its_dimension_on_the_error() -> None:
         ctx.reserve_model_call()
     assert caught.value.boundary is Boundary.MODEL
     assert caught.value.termination is ctx.lifecycle.termination
+
+
+@pytest.mark.parametrize("ending", ["succeed", "cancel", "deadline", "budget"])
+def test_a_run_is_freed_when_let_go_without_the_cyclic_gc(ending: str) -> None:
+    """No reference cycle in a run: a service creating many runs frees each at once, not at a
+    GC pass (the lifecycle holds the cancellation, which holds the lifecycle only weakly)."""
+    clock = ManualClock()
+    ctx = new_run(clock=clock, budget=limits(model_calls=1))
+    ctx.cancellation.register(lambda _reason: None)
+    ctx.reserve_tool_call("read_logs")
+    ctx.reserve_model_call()
+    ctx.record_token_usage(input_tokens=10, output_tokens=2)
+    if ending == "succeed":
+        ctx.lifecycle.succeed()
+    elif ending == "cancel":
+        ctx.cancellation.cancel(CancellationReason.USER_REQUESTED)
+    elif ending == "deadline":
+        clock.advance(31)
+        with pytest.raises(RunTimedOut):
+            ctx.check(Boundary.TOOL)
+    else:
+        with pytest.raises(BudgetExhausted):
+            ctx.reserve_model_call()
+    assert ctx.lifecycle.is_terminal
+    lifecycle = weakref.ref(ctx.lifecycle)  # the one part that was in a cycle (with the token)
+    gc.disable()
+    try:
+        del ctx
+        assert lifecycle() is None
+    finally:
+        gc.enable()
+
+
+def test_a_cancellation_kept_after_its_run_was_let_go_still_cancels() -> None:
+    ctx = new_run()
+    seen: list[CancellationReason] = []
+    ctx.cancellation.register(seen.append)
+    cancellation = ctx.cancellation
+    del ctx  # the lifecycle goes with the run; nothing is left to record an outcome on
+    assert cancellation.cancel(CancellationReason.SHUTDOWN) is True
+    assert seen == [CancellationReason.SHUTDOWN]
+    assert cancellation.reason is CancellationReason.SHUTDOWN

@@ -22,10 +22,13 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable, Generator
-from typing import Any, TypeAlias, final
+from typing import TYPE_CHECKING, Any, TypeAlias, final
 
 from ._checkpoint import checkpoint
 from ._validate import seconds
+
+if TYPE_CHECKING:
+    import weakref
 
 __all__ = [
     "CallbackErrorHandler",
@@ -106,8 +109,10 @@ class Cancellation:
         self._keys = itertools.count()
         self._event: threading.Event | None = None  # made by the first wait(): most runs never wait
         self._on_error = _log_callback_error if on_callback_error is None else on_callback_error
-        # Called under the lock by the winning cancel(); the run's lifecycle records its outcome.
-        self._on_cancel: Callable[[CancellationReason], None] | None = None
+        # Called under the lock by the winning cancel(): the run's lifecycle records its outcome.
+        # Held weakly: the lifecycle holds this cancellation, and a cycle between the two would
+        # leave every ended run to the cyclic GC instead of freeing it when its last user lets go.
+        self._on_cancel: weakref.WeakMethod[Callable[[CancellationReason], None]] | None = None
 
     @property
     def is_cancelled(self) -> bool:
@@ -135,8 +140,9 @@ class Cancellation:
             pending = self._signal_locked(reason)
             if pending is None:
                 return False
-            if self._on_cancel is not None:
-                self._on_cancel(reason)
+            on_cancel = None if self._on_cancel is None else self._on_cancel()
+            if on_cancel is not None:  # None too once the lifecycle is gone: nothing to record
+                on_cancel(reason)
         self._deliver(pending, reason)
         return True
 

@@ -82,6 +82,9 @@ class RunContext:
     _now: Callable[[], int] = field(init=False, repr=False)
     _deadline_ns: int = field(init=False, repr=False)
     _lock: threading.Lock = field(init=False, repr=False)
+    # The budget's granted paths, bound once: an attribute walk less on every reservation.
+    _grant_model_call: Callable[[int, int, Lifecycle], bool] = field(init=False, repr=False)
+    _grant_tool_call: Callable[[str, int, int, Lifecycle], bool] = field(init=False, repr=False)
 
     def __post_init__(self, _key: object) -> None:
         if _key is not _CREATE_KEY:
@@ -89,6 +92,8 @@ class RunContext:
         object.__setattr__(self, "_now", self.clock.monotonic_ns)
         object.__setattr__(self, "_deadline_ns", self.deadline.instant_ns)
         object.__setattr__(self, "_lock", self.lifecycle._lock)
+        object.__setattr__(self, "_grant_model_call", self.budget._grant_model_call)
+        object.__setattr__(self, "_grant_tool_call", self.budget._grant_tool_call)
 
     @classmethod
     def create(
@@ -160,7 +165,9 @@ class RunContext:
     def reserve_model_call(self) -> None:
         """Check the MODEL boundary and reserve one Model call, atomically."""
         now = self._now()
-        with self._lock:
+        if self._grant_model_call(now, self._deadline_ns, self.lifecycle):
+            return
+        with self._lock:  # the full path: the run may be over or a limit reached
             if self.lifecycle._termination is None and now < self._deadline_ns:
                 refusal = self.budget._reserve_model_call_locked()
                 if refusal is None:
@@ -176,7 +183,9 @@ class RunContext:
         if tool.__class__ is not str:
             non_blank_str("tool", tool)  # raises the TypeError that names `tool`
         now = self._now()
-        with self._lock:
+        if self._grant_tool_call(tool, now, self._deadline_ns, self.lifecycle):
+            return
+        with self._lock:  # the full path: a new Tool, the run over or a limit reached
             if self.lifecycle._termination is None and now < self._deadline_ns:
                 # The budget checks a Tool's name the first time it sees it, before any write:
                 # that keeps a strip() off every later call of the same Tool.

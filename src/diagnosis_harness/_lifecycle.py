@@ -10,6 +10,7 @@ whichever way the run ends -- ``SUCCESS`` and ``FAILED`` signal ``RUN_FINISHED``
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, final
@@ -72,7 +73,7 @@ _Ending = tuple[FinishResult, "list[CancellationCallback] | None"]
 class Lifecycle:
     """RUNNING until the first of SUCCESS, FAILED, CANCELLED, TIMED_OUT, BUDGET_EXHAUSTED."""
 
-    __slots__ = ("_cancellation", "_clock", "_lock", "_machine", "_termination")
+    __slots__ = ("__weakref__", "_cancellation", "_clock", "_lock", "_machine", "_termination")
 
     def __init__(self, *, clock: Clock, cancellation: Cancellation) -> None:
         self._clock = clock
@@ -82,7 +83,7 @@ class Lifecycle:
         self._lock = cancellation._lock
         self._machine = TableMachine(LIFECYCLE, lock=self._lock)
         self._termination: RunTermination | None = None
-        cancellation._on_cancel = self._on_cancel_locked
+        cancellation._on_cancel = weakref.WeakMethod(self._on_cancel_locked)
 
     @property
     def state(self) -> RunState:
