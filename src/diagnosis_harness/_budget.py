@@ -36,7 +36,8 @@ _RECORD_USAGE = BudgetEvent.RECORD_USAGE
 _RESERVE_GRANTED = BUDGET.step(_RESERVE, True)
 _USAGE_ACCEPTED = BUDGET.step(_RECORD_USAGE, True)
 # The granted path (below) takes the one row a granted reservation has, found by the identity of
-# its source: hashing an enum member runs Enum.__hash__, a Python function, and costs ~100 ns.
+# its source: a dict lookup by an enum member would call Enum.__hash__, a Python function, under
+# the lock (see "the granted path").
 ((_GRANTED_FROM, _GRANTED_ROW),) = _RESERVE_GRANTED.items()
 
 
