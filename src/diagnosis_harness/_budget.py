@@ -35,10 +35,6 @@ _RECORD_USAGE = BudgetEvent.RECORD_USAGE
 # The rows a granted reservation and an accepted usage report take, looked up once.
 _RESERVE_GRANTED = BUDGET.step(_RESERVE, True)
 _USAGE_ACCEPTED = BUDGET.step(_RECORD_USAGE, True)
-# The granted path (below) takes the one row a granted reservation has, found by the identity of
-# its source: a dict lookup by an enum member would call Enum.__hash__, a Python function, under
-# the lock (see "the granted path").
-((_GRANTED_FROM, _GRANTED_ROW),) = _RESERVE_GRANTED.items()
 
 
 class BudgetDimension(enum.Enum):
@@ -178,12 +174,12 @@ class Budget:
 
     # -- the granted path, whole -----------------------------------------------------------------
     # A reservation clearly within every limit of a live run is granted by these, which take the
-    # run's lock themselves and make no call while they hold it (subscripts and `in`, not
-    # `dict.get`). Why: CPython switches threads where a function is entered or returns from a
-    # call, or where a loop jumps back; with none of those inside the locked section, no thread is
-    # switched out while it holds the run's lock, and threads reserving at once do not queue up
-    # behind a holder that is not running (a lock convoy). With calls inside, 8 threads reserving
-    # together took 6 to 14 times as long as without, in many rounds.
+    # run's lock themselves and make no call while they hold it (subscripts, not `dict.get`; the
+    # generated enums hash in C). Why: CPython switches threads where a function is entered or
+    # returns from a call, or where a loop jumps back; with none of those inside the locked
+    # section, no thread is switched out while it holds the run's lock, and threads reserving at
+    # once do not queue up behind a holder that is not running (a lock convoy). With calls inside,
+    # 8 threads reserving together took 6 to 14 times as long as without, in many rounds.
     # Anything else -- a run that is over, a Tool seen for the first time, a limit reached --
     # returns False having changed nothing, and RunContext takes the full path under the lock.
 
@@ -191,14 +187,18 @@ class Budget:
         with self._lock:
             if lifecycle._termination is not None or now >= deadline_ns:
                 return False
-            used = self._model_calls
             machine = self._machine
-            if used >= self._model_call_limit or machine._state is not _GRANTED_FROM:
+            try:  # free in Python >= 3.11 unless it raises
+                row = _RESERVE_GRANTED[machine._state]
+            except KeyError:  # no granted row from this state: the full path says why
+                return False
+            used = self._model_calls
+            if used >= self._model_call_limit:
                 return False
             scheduler = _checkpoint._scheduler  # the machine step's checkpoint, inlined
             if scheduler is not None:
                 scheduler(BUDGET.name)
-            machine._state = _GRANTED_ROW.target
+            machine._state = row.target
             self._model_calls = used + 1
             return True
 
@@ -206,23 +206,20 @@ class Budget:
         with self._lock:
             if lifecycle._termination is not None or now >= deadline_ns:
                 return False
-            try:  # free in Python >= 3.11 unless it raises
+            machine = self._machine
+            try:
+                row = _RESERVE_GRANTED[machine._state]
                 limit = self._limit_of[tool]
-            except KeyError:  # a Tool not granted yet: its name is checked on the full path
+            except KeyError:  # or a Tool not granted yet: its name is checked on the full path
                 return False
             total = self._tool_calls
             used = self._per_tool[tool]
-            machine = self._machine
-            if (
-                total >= self._tool_call_limit
-                or used >= limit
-                or machine._state is not _GRANTED_FROM
-            ):
+            if total >= self._tool_call_limit or used >= limit:
                 return False
             scheduler = _checkpoint._scheduler
             if scheduler is not None:
                 scheduler(BUDGET.name)
-            machine._state = _GRANTED_ROW.target
+            machine._state = row.target
             # Both counters move together, after every check: total == sum per Tool, always.
             self._tool_calls = total + 1
             self._per_tool[tool] = used + 1
