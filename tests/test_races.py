@@ -303,7 +303,10 @@ def test_concurrent_reservations_never_over_reserve_and_lose_nothing(
     assert sum(granted) == usage.tool_calls == limit  # no over-reservation, no lost update
     assert sum(usage.per_tool_calls.values()) == usage.tool_calls
     if tools == threads_n:
-        assert [usage.per_tool_calls[f"tool-{i}"] for i in range(threads_n)] == granted
+        # A thread may get no call at all (the others took the budget before it ran), and a
+        # Tool never granted a call has no entry.
+        per_tool = usage.per_tool_calls
+        assert [per_tool.get(f"tool-{i}", 0) for i in range(threads_n)] == granted
     for out in results:  # once refused, refused for good: the run is over
         first_refusal = out.index(False) if False in out else len(out)
         assert all(out[:first_refusal])
