@@ -63,14 +63,11 @@ from hypothesis.stateful import (
 from diagnosis_harness import (
     Boundary,
     CancellationReason,
-    Deadline,
     FailureKind,
     HarnessFailure,
     HarnessRetryExecutor,
     ManualClock,
     Registration,
-    RunCapacityCounter,
-    RunContext,
     RunState,
     RunTerminated,
 )
@@ -183,18 +180,9 @@ class _RuntimeDriver:
     def __init__(self, config: ProbeConfig) -> None:
         self.config = config
         self.clock = ManualClock()
-        self.ctx = RunContext.create(
-            session_id="model-check",
-            run_id="run-1",
-            limits=config.limits,
-            deadline=Deadline.at_ns(config.deadline_ns),
-            clock=self.clock,
-            retry_policies=config.policies,
-        )
+        self.ctx = config.new_run(self.clock)  # the very run a RunProbe builds
         self.executor = HarnessRetryExecutor(self.ctx)
-        self.capacity = (
-            None if config.capacity_bytes is None else RunCapacityCounter(config.capacity_bytes)
-        )
+        self.capacity = config.new_capacity()
         self.registrations: list[Registration] = []
         self.loop: asyncio.AbstractEventLoop | None = None
 

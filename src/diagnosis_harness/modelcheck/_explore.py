@@ -423,6 +423,20 @@ class ProbeConfig:
     capacity_bytes: int | None = None  # a RunCapacityCounter beside the run, if given
     callbacks: int = 0  # callbacks registered when the run is created
 
+    def new_run(self, clock: ManualClock) -> RunContext:
+        """The run this configuration describes, on ``clock``."""
+        return RunContext.create(
+            session_id="model-check",
+            run_id="run-1",
+            limits=self.limits,
+            deadline=Deadline.at_ns(self.deadline_ns),
+            clock=clock,
+            retry_policies=self.policies,
+        )
+
+    def new_capacity(self) -> RunCapacityCounter | None:
+        return None if self.capacity_bytes is None else RunCapacityCounter(self.capacity_bytes)
+
 
 THRICE = RetryPolicy("thrice", 3, frozenset({FailureKind.TRANSPORT, FailureKind.RATE_LIMITED}))
 """A policy with three attempts, so that two retries in a row are explored."""
@@ -522,18 +536,9 @@ class RunProbe:
         self.ref = _Reference()
         started = _now_ns()
         self.clock = ManualClock()
-        self.ctx = RunContext.create(
-            session_id="model-check",
-            run_id="run-1",
-            limits=config.limits,
-            deadline=Deadline.at_ns(config.deadline_ns),
-            clock=self.clock,
-            retry_policies=config.policies,
-        )
+        self.ctx = config.new_run(self.clock)
         self.executor = HarnessRetryExecutor(self.ctx)
-        self.capacity = (
-            None if config.capacity_bytes is None else RunCapacityCounter(config.capacity_bytes)
-        )
+        self.capacity = config.new_capacity()
         self.timing.runtime_ns += _now_ns() - started
         self._life = models.new(LIFECYCLE)
         self._budget = models.new(BUDGET)
