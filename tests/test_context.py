@@ -328,8 +328,16 @@ def test_budget_refusal_names_its_dimension_on_the_error() -> None:
 @pytest.mark.parametrize("ending", ["succeed", "cancel", "deadline", "budget"])
 def test_a_run_is_freed_when_let_go_without_the_cyclic_gc(ending: str) -> None:
     """No reference cycle in a run: a service creating many runs frees each at once, not at a
-    GC pass (the lifecycle holds the cancellation, which holds the lifecycle only weakly)."""
-    clock = ManualClock()
+    GC pass. The clock is held by the run's every part; a cycle among them would keep it."""
+
+    class Clock:  # a plain class: weakly referenceable, unlike the library's slotted clocks
+        def __init__(self) -> None:
+            self.manual = ManualClock()
+
+        def monotonic_ns(self) -> int:
+            return self.manual.monotonic_ns()
+
+    clock = Clock()
     ctx = new_run(clock=clock, budget=limits(model_calls=1))
     ctx.cancellation.register(lambda _reason: None)
     ctx.reserve_tool_call("read_logs")
@@ -340,18 +348,18 @@ def test_a_run_is_freed_when_let_go_without_the_cyclic_gc(ending: str) -> None:
     elif ending == "cancel":
         ctx.cancellation.cancel(CancellationReason.USER_REQUESTED)
     elif ending == "deadline":
-        clock.advance(31)
+        clock.manual.advance(31)
         with pytest.raises(RunTimedOut):
             ctx.check(Boundary.TOOL)
     else:
         with pytest.raises(BudgetExhausted):
             ctx.reserve_model_call()
     assert ctx.lifecycle.is_terminal
-    lifecycle = weakref.ref(ctx.lifecycle)  # the one part that was in a cycle (with the token)
+    held = weakref.ref(clock)
     gc.disable()
     try:
-        del ctx
-        assert lifecycle() is None
+        del ctx, clock
+        assert held() is None
     finally:
         gc.enable()
 

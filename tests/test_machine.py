@@ -1,14 +1,14 @@
 """The runtime engine against the generated python-statemachine models, exhaustively.
 
-For every table, every state (reached by the same shortest event path in both), every event and
-every valuation of the table's guards, a fresh runtime machine and a fresh model instance must do
-the same thing, and that thing must be what the table's rows say.
+For every table, every state, every event and every valuation of the table's guards, the one
+engine every runtime machine steps with (:meth:`MachineTable.take`, used by the run's state owner
+and the retry executor alike) and a fresh model instance (reached by a shortest event path) must
+do the same thing, and that thing must be what the table's rows say.
 """
 
 from __future__ import annotations
 
 import itertools
-import threading
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +28,7 @@ from diagnosis_harness._generated.tables import (
     RetryEvent,
     RetryState,
 )
-from diagnosis_harness._machine import MachineTable, Row, TableMachine
+from diagnosis_harness._machine import MachineTable, Row
 from diagnosis_harness.codegen import load_all
 from diagnosis_harness.codegen._load import requirement_names
 
@@ -41,7 +41,6 @@ SPEC = REPO_ROOT / "specs" / "diagnosis-harness-run-context" / "spec.md"
 
 AnyTable = MachineTable[Any, Any]
 AnyRow = Row[Any, Any]
-AnyMachine = TableMachine[Any, Any]
 AnyModel = LifecycleModel | BudgetModel | RetryModel
 Guards = dict[str, bool]
 
@@ -98,18 +97,25 @@ def _fire_model(model: AnyModel, event: enum.Enum, guards: Mapping[str, bool]) -
     fire(event.value, **guards)
 
 
-def _reach(table: AnyTable, state: enum.Enum) -> tuple[AnyMachine, AnyModel]:
-    """A fresh runtime machine and a fresh model, both driven to ``state`` by the same path."""
-    machine: AnyMachine = TableMachine(table)
+def _take(table: AnyTable, state: enum.Enum, event: enum.Enum, guards: Mapping[str, bool]) -> Any:
+    """The engine's step, with the value of the (state, event)'s one guard from ``guards``."""
+    name = table.guard_of(state, event)
+    return table.take(state, event, None if name is None else guards.get(name))
+
+
+def _reach(table: AnyTable, state: enum.Enum) -> AnyModel:
+    """A fresh model driven to ``state`` by the path the engine takes there too."""
     model = MODELS[table.name]()
+    current = table.initial
     for event, guards in PATHS[table.name][state]:
-        row = machine.fire(event, guards)
+        row = _take(table, current, event, guards)
         assert row is not None
+        current = row.target
         _fire_model(model, event, guards)
-        assert model.model_state is machine.state is row.target
-    assert machine.state is state
+        assert model.model_state is current
+    assert current is state
     assert model.model_state is state
-    return machine, model
+    return model
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,47 +185,43 @@ def test_case_count_is_the_full_product() -> None:
 def test_runtime_agrees_with_model(
     table: AnyTable, state: enum.Enum, event: enum.Enum, guards: Guards
 ) -> None:
-    machine, model = _reach(table, state)
+    model = _reach(table, state)
     expected = _expected(table, state, event, guards)
 
     if expected.kind == "moved":
-        row = machine.fire(event, guards)
+        row = _take(table, state, event, guards)
         assert row is not None
         assert row in table.transitions[(state, event)]
         assert (row.source, row.event, row.target) == (state, event, expected.target)
-        assert machine.state is expected.target
         _fire_model(model, event, guards)
-        assert model.model_state is machine.state
+        assert model.model_state is row.target
         return
 
     if expected.kind == "absorbed":
-        assert machine.is_terminal
-        assert machine.fire(event, guards) is None
+        assert state in table.terminal
+        assert _take(table, state, event, guards) is None
     else:
-        assert not machine.is_terminal
+        assert state not in table.terminal
         with pytest.raises(IllegalTransition) as info:
-            machine.fire(event, guards)
+            _take(table, state, event, guards)
         assert info.value.machine == table.name
         assert info.value.state == state.name
         assert info.value.event == event.value
-    assert machine.state is state
     with pytest.raises(TransitionNotAllowed):
         _fire_model(model, event, guards)
     assert model.model_state is state
 
 
-# --- IllegalTransition and missing guards -------------------------------------------------------
+# --- IllegalTransition and guard values ---------------------------------------------------------
 
 
 def test_illegal_transition_message_names_state_and_event() -> None:
-    machine = TableMachine(RETRY)
     with pytest.raises(IllegalTransition) as info:
-        machine.fire(RetryEvent.SUCCEED)
+        RETRY.take(RetryState.READY, RetryEvent.SUCCEED)
     message = str(info.value)
     assert "retry" in message
     assert RetryState.READY.name in message
     assert repr(RetryEvent.SUCCEED.value) in message
-    assert machine.state is RetryState.READY
 
 
 def _guarded_keys() -> list[Any]:
@@ -236,27 +238,70 @@ def test_there_are_guarded_keys() -> None:
 
 
 @pytest.mark.parametrize(("table", "state", "event"), _guarded_keys())
-def test_missing_guard_value_is_illegal_and_changes_nothing(
+def test_a_guard_that_was_not_evaluated_or_is_not_a_bool_is_illegal(
     table: AnyTable, state: enum.Enum, event: enum.Enum
 ) -> None:
-    machine, _ = _reach(table, state)
     with pytest.raises(IllegalTransition, match="was not evaluated") as info:
-        machine.fire(event, {})
-    assert info.value.state == state.name
-    assert info.value.event == event.value
-    assert machine.state is state
-    # The same machine still works once the guard is given.
-    row = machine.fire(event, dict.fromkeys(table.guards, True))
-    assert row is not None
-    assert machine.state is row.target
+        table.take(state, event)
+    assert (info.value.state, info.value.event) == (state.name, event.value)
+    untyped: Any = table
+    for not_a_bool in (1, 0, "yes"):  # 1 == True and hashes alike: it must not find True's row
+        with pytest.raises(IllegalTransition, match="must be a bool"):
+            untyped.take(state, event, not_a_bool)
+    assert table.take(state, event, True) is not None
 
 
-def test_missing_guard_is_not_needed_once_terminal() -> None:
-    machine = TableMachine(BUDGET)
-    assert machine.fire(BudgetEvent.RESERVE, {"within_limits": False}) is not None
-    assert machine.state is BudgetState.EXHAUSTED
-    assert machine.fire(BudgetEvent.RESERVE) is None
-    assert machine.state is BudgetState.EXHAUSTED
+def test_unguarded_rows_refuse_a_guard_value() -> None:
+    with pytest.raises(IllegalTransition, match="take no guard"):
+        LIFECYCLE.take(LIFECYCLE.initial, next(iter(LIFECYCLE.events)), True)
+
+
+def test_a_terminal_state_absorbs_without_a_guard() -> None:
+    assert BUDGET.take(BudgetState.EXHAUSTED, BudgetEvent.RESERVE) is None
+    assert BUDGET.take(BudgetState.EXHAUSTED, BudgetEvent.RESERVE, False) is None
+
+
+def _row(
+    index: int, source: BudgetState, target: BudgetState, guard: str | None, expect: bool
+) -> Row[BudgetState, BudgetEvent]:
+    return Row(
+        index=index,
+        source=source,
+        event=BudgetEvent.RESERVE,
+        target=target,
+        guard=guard,
+        expect=expect,
+        requirement="r",
+    )
+
+
+def _table(*rows: Row[BudgetState, BudgetEvent]) -> MachineTable[BudgetState, BudgetEvent]:
+    return MachineTable(
+        name="t",
+        source="model/t.toml",
+        states=BudgetState,
+        events=BudgetEvent,
+        initial=BudgetState.ACTIVE,
+        terminal=frozenset({BudgetState.EXHAUSTED}),
+        guards=("g", "h"),
+        rows=rows,
+    )
+
+
+def test_a_table_refuses_two_guards_on_one_state_and_event() -> None:
+    active, exhausted = BudgetState.ACTIVE, BudgetState.EXHAUSTED
+    with pytest.raises(ValueError, match=r"\(ACTIVE, reserve\) mixes guards 'g' and 'h'"):
+        _table(_row(1, active, active, "g", True), _row(2, active, exhausted, "h", False))
+    with pytest.raises(ValueError, match="mixes guards 'g' and None"):
+        _table(_row(1, active, active, "g", True), _row(2, active, exhausted, None, True))
+
+
+def test_a_table_refuses_overlapping_rows() -> None:
+    active, exhausted = BudgetState.ACTIVE, BudgetState.EXHAUSTED
+    with pytest.raises(ValueError, match="rows 1 and 2 overlap"):
+        _table(_row(1, active, active, "g", True), _row(2, active, exhausted, "g", True))
+    table = _table(_row(1, active, active, "g", True), _row(2, active, exhausted, "g", False))
+    assert table.take(active, BudgetEvent.RESERVE, False) is table.rows[1]
 
 
 # --- structure of the tables ------------------------------------------------------------------
@@ -302,42 +347,3 @@ def test_transitions_index_the_rows_in_order(table: AnyTable) -> None:
         r.index for r in table.rows
     ]
     assert table.source == f"model/{table.name}.toml"
-
-
-# --- the lock -----------------------------------------------------------------------------------
-
-
-def test_default_locks_are_per_machine() -> None:
-    assert TableMachine(BUDGET).lock is not TableMachine(BUDGET).lock
-
-
-def test_shared_lock_is_used_by_fire() -> None:
-    lock = threading.Lock()
-    budget = TableMachine(BUDGET, lock=lock)
-    retry = TableMachine(RETRY, lock=lock)
-    assert budget.lock is lock
-    assert retry.lock is lock
-
-    started = threading.Event()
-    results: list[object] = []
-
-    def fire_in_thread() -> None:
-        started.set()
-        results.append(budget.fire(BudgetEvent.RESERVE, {"within_limits": False}))
-
-    with lock:
-        # fire_locked takes no lock of its own (a non-reentrant Lock would deadlock here).
-        assert retry.fire_locked(RetryEvent.ATTEMPT) is not None
-        worker = threading.Thread(target=fire_in_thread)
-        worker.start()
-        assert started.wait(timeout=5)
-        worker.join(timeout=0.05)
-        assert worker.is_alive(), "fire() ran while another holder had the shared lock"
-        assert not budget.is_terminal
-        assert results == []
-    worker.join(timeout=5)
-    assert not worker.is_alive()
-    assert budget.state is BudgetState.EXHAUSTED
-    assert results == [BUDGET.rows[1]]
-    assert retry.state is RetryState.ATTEMPTING
-    assert not lock.locked()

@@ -8,24 +8,21 @@ are state machines generated from the tables in ``model/``.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 from ._boundary import Boundary
-from ._budget import Budget, BudgetDimension, BudgetLimits, BudgetUsage
+from ._budget import Budget
 from ._cancellation import (
     CallbackErrorHandler,
     Cancellation,
     CancellationCallback,
-    CancellationReason,
     Registration,
 )
 from ._capacity import RunCapacityCounter
 from ._clock import Clock, Deadline, ManualClock, SystemClock
 from ._context import RunContext
+from ._endings import CancellationReason, FinishResult, RunTermination
 from ._errors import (
     BudgetExhausted,
     HarnessError,
-    HarnessFailure,
     IllegalTransition,
     InvalidRunIdentity,
     RunCancelled,
@@ -34,10 +31,11 @@ from ._errors import (
     RunTimedOut,
     UnsafeKeySegment,
 )
-from ._failure import FailureKind
+from ._failure import FailureKind, HarnessFailure
 from ._generated.tables import BudgetState, RetryState, RunState
 from ._keys import ToolCallKeyFactory
-from ._lifecycle import FinishResult, Lifecycle, RunTermination
+from ._lifecycle import Lifecycle
+from ._limits import BudgetDimension, BudgetLimits, BudgetUsage
 from ._retry import (
     AttemptOutcome,
     AttemptRecord,
@@ -49,11 +47,7 @@ from ._retry import (
 )
 from ._retry_policy import RetryPolicies, RetryPolicy
 from ._scope import RunScope
-
-try:
-    __version__ = version("diagnosis-harness")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree without metadata
-    from ._version import __version__
+from ._version import __version__
 
 __all__ = [
     "AttemptOutcome",

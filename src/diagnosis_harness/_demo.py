@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._boundary import Boundary
-from ._budget import BudgetLimits
 from ._context import RunContext
 from ._errors import RunTerminated
+from ._limits import BudgetLimits
 from .testing import FakeTool, ManualClock
 
 if TYPE_CHECKING:

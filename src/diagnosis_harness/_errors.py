@@ -9,18 +9,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, final
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: at run time this module imports nothing of the library
     from ._boundary import Boundary
-    from ._budget import BudgetDimension
-    from ._failure import FailureKind
-    from ._lifecycle import RunTermination
+    from ._endings import RunTermination
+    from ._limits import BudgetDimension
 
 __all__ = [
     "BudgetExhausted",
     "HarnessError",
-    "HarnessFailure",
     "IllegalTransition",
     "InvalidRunIdentity",
+    "InvalidRunIdentityType",
     "RunCancelled",
     "RunFinished",
     "RunTerminated",
@@ -33,9 +32,17 @@ class HarnessError(Exception):
     """Base class of every error this library raises on purpose."""
 
 
-@final
 class InvalidRunIdentity(HarnessError, ValueError):
-    """A blank, whitespace-only or non-``str`` session or run ID given to ``RunContext.create``."""
+    """A blank, whitespace-only or non-``str`` session or run ID given to ``RunContext.create``.
+
+    For a non-``str`` ID it is also a ``TypeError``, as every wrong type is in this library.
+    Subclassed only by :class:`InvalidRunIdentityType`.
+    """
+
+
+@final
+class InvalidRunIdentityType(InvalidRunIdentity, TypeError):
+    """A session or run ID that is not a ``str``: both an ``InvalidRunIdentity`` and a TypeError."""
 
 
 @final
@@ -98,19 +105,3 @@ class BudgetExhausted(RunTerminated):
 @final
 class RunFinished(RunTerminated):
     """Work was attempted after the run recorded ``SUCCESS`` or ``FAILED``."""
-
-
-@final
-class HarnessFailure(HarnessError):
-    """An operation's failure with its typed :class:`FailureKind`; the retry executor reads it."""
-
-    def __init__(self, kind: FailureKind, message: str = "") -> None:
-        from ._failure import FailureKind  # noqa: PLC0415 - _failure imports nothing of ours
-
-        if type(kind) is not FailureKind:
-            raise TypeError(f"kind must be a FailureKind, got {kind!r}")
-        if not isinstance(message, str):
-            raise TypeError(f"message must be a str, got {message!r}")
-        self.kind = kind
-        self.message = message
-        super().__init__(f"{kind.name}: {message}" if message else kind.name)

@@ -1,10 +1,14 @@
-"""The typed kinds of failure an attempt can end with, and which of them may ever be retried."""
+"""The typed kinds of failure an attempt can end with, which of them may ever be retried, and
+:class:`HarnessFailure`, the exception that carries one."""
 
 from __future__ import annotations
 
 import enum
+from typing import final
 
-__all__ = ["NEVER_RETRIED", "TECHNICAL", "FailureKind"]
+from ._errors import HarnessError
+
+__all__ = ["NEVER_RETRIED", "TECHNICAL", "FailureKind", "HarnessFailure"]
 
 
 class FailureKind(enum.Enum):
@@ -48,3 +52,17 @@ TECHNICAL: frozenset[FailureKind] = frozenset(
 NEVER_RETRIED: frozenset[FailureKind] = frozenset(FailureKind) - TECHNICAL
 """The kinds no policy may retry: cancellation, deadline, budget, no evidence, rejection, unknown.
 """
+
+
+@final
+class HarnessFailure(HarnessError):
+    """An operation's failure with its typed :class:`FailureKind`; the retry executor reads it."""
+
+    def __init__(self, kind: FailureKind, message: str = "") -> None:
+        if type(kind) is not FailureKind:
+            raise TypeError(f"kind must be a FailureKind, got {kind!r}")
+        if not isinstance(message, str):
+            raise TypeError(f"message must be a str, got {message!r}")
+        self.kind = kind
+        self.message = message
+        super().__init__(f"{kind.name}: {message}" if message else kind.name)

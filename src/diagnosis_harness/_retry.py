@@ -35,15 +35,16 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, final
 
 from ._boundary import Boundary
 from ._context import RunContext
-from ._errors import BudgetExhausted, HarnessFailure, RunTerminated, RunTimedOut
-from ._failure import FailureKind
+from ._endings import ENDINGS
+from ._errors import RunTerminated
+from ._failure import FailureKind, HarnessFailure
 from ._generated.tables import RETRY, RetryEvent, RetryState
 from ._retry_policy import RetryPolicy
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from ._lifecycle import RunTermination
+    from ._endings import RunTermination
 
 __all__ = [
     "AttemptOutcome",
@@ -62,22 +63,17 @@ Classifier = Callable[[Exception], "FailureKind | None"]
 """Maps an SDK's exception to a :class:`FailureKind`; ``None`` means "not mine" (UNKNOWN)."""
 
 
-# An execution's state lives in its own frame, unlocked, by name (raw records hold no enum member,
-# see _RawExecution): a lookup in the table's rows for one event and guard value is the whole
-# transition (a missing key would be a transition the table does not have). The table's rows are
-# grouped by event and guard value once, here, so that a step is one lookup by the current state.
-def _on(event: RetryEvent, guard: bool | None = None) -> dict[str, str]:
-    return {source.name: row.target.name for source, row in RETRY.step(event, guard).items()}
+# An execution's state lives in its own frame, unlocked (one execution runs in one thread or
+# task); it steps the generated retry table with the one engine, MachineTable.take.
+def _step(state: RetryState, event: RetryEvent, guard: bool | None = None) -> RetryState:
+    row = RETRY.take(state, event, guard)
+    assert row is not None  # nothing is fired after an execution reached its terminal state
+    return row.target
 
 
-_ON_ATTEMPT = _on(RetryEvent.ATTEMPT)
-_ON_STOP = _on(RetryEvent.STOP)
-_ON_SUCCEED = _on(RetryEvent.SUCCEED)
-_ON_RETRY = _on(RetryEvent.FAIL, True)  # retry_allowed
-_ON_FINAL = _on(RetryEvent.FAIL, False)  # not retry_allowed
-_INITIAL = RETRY.initial.name
-_ATTEMPTING = RetryState.ATTEMPTING.name
-_AWAITING = _ON_RETRY[_ATTEMPTING]
+_INITIAL = RETRY.initial
+_ATTEMPTING = RetryState.ATTEMPTING
+_AWAITING = _step(_ATTEMPTING, RetryEvent.FAIL, True)  # retry_allowed
 _RETRY = Boundary.RETRY  # an enum member read from its class costs ~100 ns on Python 3.11
 _CO_COROUTINE = inspect.CO_COROUTINE
 _NS_PER_SECOND = 1_000_000_000
@@ -215,15 +211,6 @@ class Backoff:
         return base
 
 
-def _kind_of_termination(error: RunTerminated) -> FailureKind:
-    """RunTimedOut and BudgetExhausted have their kinds; a cancelled or finished run CANCELLED."""
-    if isinstance(error, RunTimedOut):
-        return FailureKind.DEADLINE_EXCEEDED
-    if isinstance(error, BudgetExhausted):
-        return FailureKind.BUDGET_EXHAUSTED
-    return FailureKind.CANCELLED
-
-
 def _is_coroutine_function(fn: Callable[..., object]) -> bool:
     """``inspect.iscoroutinefunction(fn)``, answered without it for a plain ``def`` or lambda.
 
@@ -334,9 +321,9 @@ class HarnessRetryExecutor:
             try:
                 ctx.check(_RETRY)
             except RunTerminated as stopped:
-                self._stopped(policy, attempts, _ON_STOP[state], stopped)
+                self._stopped(policy, attempts, _step(state, RetryEvent.STOP), stopped)
                 raise
-            state = _ON_ATTEMPT[state]
+            state = _step(state, RetryEvent.ATTEMPT)
             number += 1
             started = now()
             try:
@@ -357,7 +344,8 @@ class HarnessRetryExecutor:
                 result.close()
                 raise TypeError(f"{fn!r} returned a coroutine: use execute_async")
             attempts.extend((number, _SUCCEEDED, None, started, now()))
-            self._raw.append((policy.name, _STOP_SUCCEEDED, _ON_SUCCEED[state], None, *attempts))
+            ended = _step(state, RetryEvent.SUCCEED)
+            self._raw.append((policy.name, _STOP_SUCCEEDED, ended.name, None, *attempts))
             return result
 
     async def execute_async(
@@ -381,9 +369,9 @@ class HarnessRetryExecutor:
             try:
                 ctx.check(_RETRY)
             except RunTerminated as stopped:
-                self._stopped(policy, attempts, _ON_STOP[state], stopped)
+                self._stopped(policy, attempts, _step(state, RetryEvent.STOP), stopped)
                 raise
-            state = _ON_ATTEMPT[state]
+            state = _step(state, RetryEvent.ATTEMPT)
             number += 1
             started = now()
             try:
@@ -404,7 +392,8 @@ class HarnessRetryExecutor:
                         raise
                 continue
             attempts.extend((number, _SUCCEEDED, None, started, now()))
-            self._raw.append((policy.name, _STOP_SUCCEEDED, _ON_SUCCEED[state], None, *attempts))
+            ended = _step(state, RetryEvent.SUCCEED)
+            self._raw.append((policy.name, _STOP_SUCCEEDED, ended.name, None, *attempts))
             return result
 
     # -- helpers ----------------------------------------------------------------------------------
@@ -420,19 +409,19 @@ class HarnessRetryExecutor:
         """Record failed attempt ``number``; the delay before the next, or None to re-raise."""
         if not isinstance(error, Exception):  # CancelledError, KeyboardInterrupt, SystemExit
             attempts.extend((number, _INTERRUPTED, None, started, self._now()))
-            target = _ON_FINAL[_ATTEMPTING]
+            target = _step(_ATTEMPTING, RetryEvent.FAIL, False)
             _attach(error, self._store(policy, attempts, StopReason.INTERRUPTED, target))
             return None
         try:
             kind = self._classify(error)
         except Exception as broken:  # a classifier bug: the attempt still happened; record it
             attempts.extend((number, _FAILED, FailureKind.UNKNOWN.name, started, self._now()))
-            target = _ON_FINAL[_ATTEMPTING]
+            target = _step(_ATTEMPTING, RetryEvent.FAIL, False)
             _attach(broken, self._store(policy, attempts, StopReason.NOT_RETRYABLE, target))
             raise broken from error
         allowed = policy.may_retry(kind, number)
         attempts.extend((number, _FAILED, kind.name, started, self._now()))
-        target = (_ON_RETRY if allowed else _ON_FINAL)[_ATTEMPTING]
+        target = _step(_ATTEMPTING, RetryEvent.FAIL, allowed)
         if allowed:
             backoff = self._backoff
             return 0.0 if backoff is None else backoff.delay(number)
@@ -446,11 +435,11 @@ class HarnessRetryExecutor:
         self, policy: RetryPolicy, attempts: list[_Field], interrupt: BaseException
     ) -> None:
         """A BaseException while awaiting a retry: the loop stops there (AWAITING_RETRY -> stop)."""
-        target = _ON_STOP[_AWAITING]
+        target = _step(_AWAITING, RetryEvent.STOP)
         _attach(interrupt, self._store(policy, attempts, StopReason.INTERRUPTED, target))
 
     def _stopped(
-        self, policy: RetryPolicy, attempts: list[_Field], state: str, stopped: RunTerminated
+        self, policy: RetryPolicy, attempts: list[_Field], state: RetryState, stopped: RunTerminated
     ) -> None:
         record = self._store(
             policy, attempts, StopReason.RUN_TERMINATED, state, stopped.termination
@@ -462,11 +451,11 @@ class HarnessRetryExecutor:
         policy: RetryPolicy,
         attempts: list[_Field],
         stop: StopReason,
-        state: str,
+        state: RetryState,
         termination: RunTermination | None = None,
     ) -> ExecutionRecord:
         """Keep a failed or stopped execution and build its record now, to attach it."""
-        raw = (policy.name, stop.name, state, termination, *attempts)
+        raw = (policy.name, stop.name, state.name, termination, *attempts)
         self._raw.append(raw)
         return _materialize(raw)
 
@@ -477,7 +466,7 @@ class HarnessRetryExecutor:
 
     def _classify(self, error: Exception) -> FailureKind:
         if isinstance(error, RunTerminated):
-            return _kind_of_termination(error)
+            return ENDINGS[error.termination.state].failure
         if isinstance(error, HarnessFailure):
             return error.kind
         if self._classifier is not None:

@@ -19,6 +19,7 @@ import sys
 from typing import TYPE_CHECKING, final
 
 from ._boundary import Boundary
+from ._endings import error_for
 from ._errors import RunTerminated
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ class RunScope:
             return  # someone else cancelled the task too: theirs passes through
         termination = self._ctx.lifecycle.termination
         assert termination is not None  # we requested the cancellation only for an ended run
-        raise self._ctx._error(termination, None) from exc
+        raise error_for(termination, None, self._ctx.budget.exhausted) from exc
 
     # -- callbacks, on the loop's thread or any other --------------------------------------------
 

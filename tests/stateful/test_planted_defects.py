@@ -15,8 +15,7 @@ from diagnosis_harness import (
     RunContext,
     RunState,
 )
-from diagnosis_harness._budget import Budget
-from diagnosis_harness._lifecycle import Lifecycle
+from diagnosis_harness._run import LocalRun
 from diagnosis_harness.modelcheck._planted import (
     DEFECTS,
     Defect,
@@ -64,8 +63,8 @@ def test_planted_defect_is_caught_and_shrunk(defect: Defect) -> None:
     originals = {
         (owner, name): owner.__dict__[name]
         for owner, name in [
-            (Lifecycle, "_end_locked"),
-            (Budget, "_reserve_tool_call_locked"),
+            (LocalRun, "_end_locked"),
+            (LocalRun, "reserve_tool_call"),
             (RunContext, "check"),
             (HarnessRetryExecutor, "execute"),
             (HarnessRetryExecutor, "execute_async"),

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import enum
-from types import MappingProxyType
 
 from .._machine import MachineTable, Row
 
@@ -99,16 +98,6 @@ BUDGET: MachineTable[BudgetState, BudgetEvent] = MachineTable(
     ),
     guards=("within_limits",),
     rows=_BUDGET_ROWS,
-    transitions=MappingProxyType(
-        {
-            (BudgetState.ACTIVE, BudgetEvent.RESERVE): (
-                _BUDGET_ROWS[0], _BUDGET_ROWS[1],
-            ),
-            (BudgetState.ACTIVE, BudgetEvent.RECORD_USAGE): (
-                _BUDGET_ROWS[2], _BUDGET_ROWS[3],
-            ),
-        }
-    ),
 )
 
 class RunState(enum.Enum):
@@ -213,25 +202,6 @@ LIFECYCLE: MachineTable[RunState, LifecycleEvent] = MachineTable(
     ),
     guards=(),
     rows=_LIFECYCLE_ROWS,
-    transitions=MappingProxyType(
-        {
-            (RunState.RUNNING, LifecycleEvent.SUCCEED): (
-                _LIFECYCLE_ROWS[0],
-            ),
-            (RunState.RUNNING, LifecycleEvent.FAIL): (
-                _LIFECYCLE_ROWS[1],
-            ),
-            (RunState.RUNNING, LifecycleEvent.CANCEL): (
-                _LIFECYCLE_ROWS[2],
-            ),
-            (RunState.RUNNING, LifecycleEvent.TIME_OUT): (
-                _LIFECYCLE_ROWS[3],
-            ),
-            (RunState.RUNNING, LifecycleEvent.EXHAUST_BUDGET): (
-                _LIFECYCLE_ROWS[4],
-            ),
-        }
-    ),
 )
 
 class RetryState(enum.Enum):
@@ -350,26 +320,4 @@ RETRY: MachineTable[RetryState, RetryEvent] = MachineTable(
     ),
     guards=("retry_allowed",),
     rows=_RETRY_ROWS,
-    transitions=MappingProxyType(
-        {
-            (RetryState.READY, RetryEvent.ATTEMPT): (
-                _RETRY_ROWS[0],
-            ),
-            (RetryState.READY, RetryEvent.STOP): (
-                _RETRY_ROWS[1],
-            ),
-            (RetryState.ATTEMPTING, RetryEvent.SUCCEED): (
-                _RETRY_ROWS[2],
-            ),
-            (RetryState.ATTEMPTING, RetryEvent.FAIL): (
-                _RETRY_ROWS[3], _RETRY_ROWS[4],
-            ),
-            (RetryState.AWAITING_RETRY, RetryEvent.ATTEMPT): (
-                _RETRY_ROWS[5],
-            ),
-            (RetryState.AWAITING_RETRY, RetryEvent.STOP): (
-                _RETRY_ROWS[6],
-            ),
-        }
-    ),
 )

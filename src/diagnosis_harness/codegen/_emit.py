@@ -94,8 +94,7 @@ def render_tables(machines: Sequence[MachineSpec], sources: Sequence[str]) -> st
     out = [_header("#", sources)]
     out.append('"""Runtime tables: enums and frozen (state, event) -> rows maps, from model/."""\n')
     out.append("from __future__ import annotations\n")
-    out.append("import enum")
-    out.append("from types import MappingProxyType\n")
+    out.append("import enum\n")
     out.append("from .._machine import MachineTable, Row\n")
     exported: list[str] = []
     for m in machines:
@@ -134,9 +133,6 @@ def render_tables(machines: Sequence[MachineSpec], sources: Sequence[str]) -> st
             out.append(f'        requirement="{r.requirement}",')
             out.append("    ),")
         out.append(")")
-        groups: dict[tuple[str, str], list[int]] = {}
-        for position, r in enumerate(m.rows):
-            groups.setdefault((r.source, r.event), []).append(position)
         terminal = [s.name for s in m.states if s.terminal]
         out.append(f"{_const(m)}: MachineTable[{m.state_enum}, {m.event_enum}] = MachineTable(")
         out.append(f'    name="{m.name}",')
@@ -152,15 +148,6 @@ def render_tables(machines: Sequence[MachineSpec], sources: Sequence[str]) -> st
         guards = "".join(f'"{g.name}", ' for g in m.guards).rstrip(" ")
         out.append(f"    guards=({guards}),")
         out.append(f"    rows={rows_name},")
-        out.append("    transitions=MappingProxyType(")
-        out.append("        {")
-        for (source, event), positions in groups.items():
-            picked = "".join(f"{rows_name}[{p}], " for p in positions).rstrip(" ")
-            out.append(f"            ({m.state_enum}.{source}, {m.event_enum}.{event.upper()}): (")
-            out.append(f"                {picked}")
-            out.append("            ),")
-        out.append("        }")
-        out.append("    ),")
         out.append(")")
     return "\n".join(out) + "\n"
 

@@ -78,7 +78,7 @@ class TransitionCoverage:
         A step no row allows is a :class:`KeyError`: a check must not record a transition that
         was not taken.
         """
-        row = table.index.get((state, event, guard))
+        row = table.row(state, event, guard)
         if row is None:
             raise KeyError(
                 f"{table.name}: no row for ({state.name}, {event.value}, guard={guard!r})"

@@ -588,7 +588,7 @@ class RunProbe:
                     f"in non-final state {before.name}"
                 )
             return False
-        row = table.index.get((before, event, guard))
+        row = table.row(before, event, guard)
         if row is None or row.target is not after:
             raise _fail(f"{table.name} model moved {before.name} -> {after.name} off the table")
         if self.coverage is not None:

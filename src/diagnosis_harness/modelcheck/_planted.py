@@ -1,13 +1,14 @@
 """Planted defects: known bugs put into the runtime on purpose, to show the checks find them.
 
 Theory of operation. A check that never fails proves nothing about its own power. Each
-:class:`Defect` here is a context manager that monkeypatches one private method of the runtime
-with a plausible wrong version, and names the stateful machine expected to catch it:
+:class:`Defect` here is a context manager that monkeypatches one method of the runtime
+with a plausible wrong version (each written as a method of the patched class: it is the class's
+own code, wrong), and names the stateful machine expected to catch it:
 
-* ``replaceable-terminal`` -- ``Lifecycle._end_locked`` lets a later outcome overwrite the first
+* ``replaceable-terminal`` -- ``LocalRun._end_locked`` lets a later outcome overwrite the first
   (spec: "Later success, failure, cancellation, deadline or budget events SHALL NOT replace the
   state, reason or timestamp of the first RunTermination").
-* ``tool-total-before-check`` -- ``Budget._reserve_tool_call_locked`` counts the call in the total
+* ``tool-total-before-check`` -- ``LocalRun.reserve_tool_call`` counts the call in the total
   before the per-Tool check and does not roll it back when that check refuses (spec: "the extra
   call is not reserved and the total and per-Tool usage remain internally consistent").
 * ``retry-ignores-cancellation`` -- the executor's gate ``ctx.check(Boundary.RETRY)`` is skipped
@@ -31,20 +32,22 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 
 from .. import Boundary, HarnessRetryExecutor, RunContext
-from .._budget import Budget, BudgetDimension
-from .._generated.tables import LIFECYCLE, BudgetEvent, LifecycleEvent, RunState
-from .._lifecycle import _SIGNAL_FOR, FinishResult, Lifecycle, RunTermination
+from .._endings import RunTermination, ending_of
+from .._generated.tables import LIFECYCLE, BudgetEvent, LifecycleEvent
+from .._limits import BudgetDimension
+from .._run import LocalRun
 from ._stateful import BudgetMachine, MachineStats, RetryMachine, RunMachine, run_machine
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    from .._cancellation import CancellationCallback
+    from .._cancellation import Pending
     from ._stateful import _ProbeMachine
 
 __all__ = ["DEFECTS", "Catch", "Defect", "hunt", "hunt_all"]
 
 T = TypeVar("T")
+RESERVE = BudgetEvent.RESERVE
 
 
 @contextmanager
@@ -62,42 +65,46 @@ def _patched(owner: type[Any], name: str, replacement: object) -> Iterator[None]
 
 
 def _end_locked_replaceable(
-    self: Lifecycle, event: LifecycleEvent, reason: str, now_ns: int | None = None
-) -> tuple[FinishResult, list[CancellationCallback] | None]:
+    self: LocalRun, event: LifecycleEvent, reason: str, at_ns: int
+) -> Pending | None:
     """The bug: every ending is recorded, whether or not the run had already ended."""
-    row = LIFECYCLE.index[RunState.RUNNING, event, None]
-    at_ns = self._clock.monotonic_ns() if now_ns is None else now_ns
-    termination = RunTermination(row.target, reason, at_ns)
-    self._machine._state = row.target  # overwrites a terminal state
-    self._termination = termination
-    signal = _SIGNAL_FOR.get(event)
-    pending = None if signal is None else self._cancellation._signal_locked(signal)
-    return FinishResult(changed=True, termination=termination), pending
+    row = LIFECYCLE.take(LIFECYCLE.initial, event)  # as if the run were still RUNNING
+    assert row is not None
+    self._state = row.target  # overwrites a terminal state
+    self._termination = RunTermination(row.target, reason, at_ns)
+    signal = ending_of(event).signal
+    pending = None if signal is None else self._signal.signal(signal)
+    return [] if pending is None else pending
 
 
 def replaceable_terminal() -> AbstractContextManager[None]:
-    return _patched(Lifecycle, "_end_locked", _end_locked_replaceable)
+    return _patched(LocalRun, "_end_locked", _end_locked_replaceable)
 
 
 # -- defect 2: a per-Tool reservation that bumps the total before checking -------------------------
 
 
-def _reserve_tool_call_bumping(self: Budget, tool: str) -> str | None:
+def _reserve_tool_call_bumping(self: LocalRun, tool: str, now_ns: int) -> None:
     """The bug: the total moves first, and a per-Tool refusal does not put it back."""
-    total = self._tool_calls
-    if total >= self._tool_call_limit:
-        return self._refuse_locked(BudgetEvent.RESERVE, BudgetDimension.TOOL_CALLS, "reached")
-    self._tool_calls = total + 1
-    used = self._per_tool.get(tool, 0)
-    if used >= self._overrides.get(tool, self._per_tool_limit):
-        return self._refuse_locked(BudgetEvent.RESERVE, BudgetDimension.PER_TOOL_CALLS, "reached")
-    self._machine.step_locked(BudgetEvent.RESERVE, True)
-    self._per_tool[tool] = used + 1
-    return None
+    with self._lock:
+        if not self._live_locked(now_ns):
+            pending = self._time_out_locked(Boundary.TOOL, now_ns)
+        elif self._tool_calls >= self._limits.tool_calls:
+            pending = self._exhaust_locked(RESERVE, BudgetDimension.TOOL_CALLS, "reached", now_ns)
+        else:
+            self._tool_calls += 1
+            used = self._per_tool.get(tool, 0)
+            if used < self._limits.per_tool_limit(tool):
+                self._step_budget_locked(RESERVE)
+                self._per_tool[tool] = used + 1
+                return
+            dimension = BudgetDimension.PER_TOOL_CALLS
+            pending = self._exhaust_locked(RESERVE, dimension, "reached", now_ns)
+    self._refuse(Boundary.TOOL, pending)
 
 
 def tool_total_before_check() -> AbstractContextManager[None]:
-    return _patched(Budget, "_reserve_tool_call_locked", _reserve_tool_call_bumping)
+    return _patched(LocalRun, "reserve_tool_call", _reserve_tool_call_bumping)
 
 
 # -- defect 3: a retry loop that does not look at the run between attempts -------------------------

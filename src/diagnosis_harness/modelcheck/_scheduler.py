@@ -50,20 +50,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, cast, final
 
 from .._boundary import Boundary
-from .._budget import BudgetDimension, BudgetLimits
-from .._cancellation import CancellationReason
 from .._capacity import RunCapacityCounter
 from .._checkpoint import scheduled
 from .._clock import Deadline
 from .._context import RunContext
+from .._endings import CancellationReason
 from .._errors import BudgetExhausted, RunTerminated, RunTimedOut
 from .._generated.tables import RunState
+from .._limits import BudgetDimension, BudgetLimits
 
 if TYPE_CHECKING:
     from types import TracebackType
 
     from .._cancellation import Registration
-    from .._lifecycle import RunTermination
+    from .._endings import RunTermination
 
 __all__ = [
     "BUDGET_WINS",

@@ -161,7 +161,7 @@ def render_terminal_cas(
 
     Each racer fires one event of the table (Spin tries every choice) at one shared machine.
     The real model reads the state and writes the row's target in one locked step, like
-    ``Lifecycle._end_locked`` under the run lock; ``seeded_bug`` reads the state outside the
+    ``LocalRun._end_locked`` under the run lock; ``seeded_bug`` reads the state outside the
     lock, so that two racers can both see the initial state and both "win".
 
     Meant for a table shaped like the lifecycle, whose rows lead from the initial state into
@@ -188,7 +188,7 @@ def render_terminal_cas(
     if seeded_bug:
         lines.append(" * SEEDED BUG: the state is read outside the lock, then written under it.")
     else:
-        lines.append(" * The read and the write are one locked step (Lifecycle._end_locked).")
+        lines.append(" * The read and the write are one locked step (LocalRun._end_locked).")
     lines += [
         " */",
         "",

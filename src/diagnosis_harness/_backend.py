@@ -1,0 +1,99 @@
+"""The seam between a run's handles and the one owner of its mutable state.
+
+``RunContext``, ``Lifecycle``, ``Cancellation`` and ``Budget`` hold no run state of their own:
+each forwards to a :class:`RunBackend`, which owns the lifecycle's state and termination, the
+cancellation reason and callbacks, and the budget's state and counters, and decides every change
+to them atomically. :class:`~._run.LocalRun` keeps them in this process under one lock; another
+implementation may keep them in another process (a server-side script per operation), and fits
+without a change to the handles.
+
+The contract every implementation keeps:
+
+* **One decision per operation.** A reservation checks that the run is live, that ``now_ns`` is
+  before the deadline and that the limits allow it, and reserves, in one atomic step: no work is
+  granted after the run ended, and the call past a limit reserves nothing.
+* **The first ending wins.** Once :attr:`termination` is set it never changes; every later
+  ending is absorbed. The ending and the cancellation signal it implies are one decision.
+* **Timestamps are the boundary's.** An ending a boundary caused is stamped with the ``now_ns``
+  that boundary read, not with a second reading of the clock.
+* **Callbacks run outside the decision**, in registration order, each exactly once; the caller
+  that won the signal has run them all when its call returns.
+* **Refusals raise** the :class:`~diagnosis_harness.RunTerminated` subclass that
+  :func:`~._endings.error_for` gives for the run's termination; arguments were validated by the
+  handles before they reach here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from ._boundary import Boundary
+    from ._cancellation import CancellationCallback
+    from ._endings import CancellationReason, FinishResult, RunTermination
+    from ._generated.tables import BudgetState, LifecycleEvent, RunState
+    from ._limits import BudgetDimension, BudgetLimits, BudgetUsage
+
+__all__ = ["CancellationOwner", "RunBackend"]
+
+
+class CancellationOwner(Protocol):
+    """What a :class:`~diagnosis_harness.Cancellation` handle needs of its owner."""
+
+    @property
+    def reason(self) -> CancellationReason | None:
+        """The first reason, or ``None`` while not cancelled."""
+
+    def cancel(self, reason: CancellationReason) -> bool:
+        """Signal ``reason`` if none was; True only for the winner, after its callbacks ran."""
+
+    def register(self, callback: CancellationCallback) -> int | None:
+        """Keep ``callback`` and return its key; if already cancelled, run it now, return None."""
+
+    def unregister(self, key: int) -> bool:
+        """Remove a kept callback; True only if it was still waiting."""
+
+
+class RunBackend(CancellationOwner, Protocol):
+    """The one owner of a run's mutable state; see the module docstring for the contract."""
+
+    @property
+    def limits(self) -> BudgetLimits: ...
+
+    @property
+    def deadline_ns(self) -> int:
+        """The deadline on the run clock's timeline: live while ``now_ns < deadline_ns``."""
+
+    @property
+    def state(self) -> RunState: ...
+
+    @property
+    def termination(self) -> RunTermination | None: ...
+
+    @property
+    def budget_state(self) -> BudgetState: ...
+
+    @property
+    def exhausted(self) -> BudgetDimension | None:
+        """The limit that exhausted the budget, or ``None`` while ACTIVE."""
+
+    def check(self, boundary: Boundary, now_ns: int) -> None:
+        """Pass while live; else end the run ``TIMED_OUT`` if it is live and past the deadline,
+        and raise the run's ``RunTerminated``."""
+
+    def reserve_model_call(self, now_ns: int) -> None: ...
+
+    def reserve_tool_call(self, tool: str, now_ns: int) -> None:
+        """One call of ``tool``: the total and the Tool's own counter move together or not at
+        all."""
+
+    def reserve_bytes(self, n: int, now_ns: int) -> None: ...
+
+    def record_token_usage(self, input_tokens: int, output_tokens: int, now_ns: int) -> None:
+        """Record the usage as reported, even past a limit (which then ends the run)."""
+
+    def finish(self, event: LifecycleEvent, reason: str) -> FinishResult:
+        """Record ``SUCCEED`` or ``FAIL`` unless the run has ended; stamped by the run clock."""
+
+    def snapshot(self) -> BudgetUsage:
+        """Every counter, read in one decision."""

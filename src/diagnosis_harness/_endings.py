@@ -1,0 +1,160 @@
+"""How a run ends: its one :class:`RunTermination`, and the table of endings.
+
+:data:`ENDINGS` is the one place that says, for each terminal state, the lifecycle event that
+reaches it, the :class:`~diagnosis_harness.RunTerminated` subclass a refused boundary raises, the
+:class:`CancellationReason` the ending signals, and the :class:`FailureKind` the retry executor
+records when the gate refuses an attempt. The run's owner, the context, the scope and the executor
+all read it; none of them spells the mapping out again.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, final
+
+from ._errors import BudgetExhausted, RunCancelled, RunFinished, RunTerminated, RunTimedOut
+from ._failure import FailureKind
+from ._generated.tables import LifecycleEvent, RunState
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ._boundary import Boundary
+    from ._limits import BudgetDimension
+
+__all__ = [
+    "ENDINGS",
+    "CancellationReason",
+    "Ending",
+    "FinishResult",
+    "RunTermination",
+    "ending_of",
+    "ending_of_cancel",
+    "error_for",
+]
+
+
+class CancellationReason(enum.Enum):
+    """Why a run's cancellation was signalled; the first one is kept."""
+
+    CLIENT_DISCONNECTED = "client_disconnected"
+    """The client that asked for the diagnosis went away."""
+    USER_REQUESTED = "user_requested"
+    """Someone asked for the run to stop."""
+    SHUTDOWN = "shutdown"
+    """The process is shutting down."""
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    """A boundary read the clock at or after the deadline (the run is ``TIMED_OUT``)."""
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    """A budget limit was reached (the run is ``BUDGET_EXHAUSTED``)."""
+    RUN_FINISHED = "run_finished"
+    """The run recorded ``SUCCESS`` or ``FAILED``: release resources. Not for ``cancel()``."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class RunTermination:
+    """The run's one terminal outcome: recorded once, never replaced."""
+
+    state: RunState
+    reason: str
+    at_ns: int  # the run clock's reading at the instant the ending was decided
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class FinishResult:
+    """What a finish attempt did: ``changed`` only for the attempt that recorded the outcome."""
+
+    changed: bool
+    termination: RunTermination
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """One way a run ends (a row of :data:`ENDINGS`)."""
+
+    event: LifecycleEvent
+    state: RunState
+    error: type[RunTerminated]
+    # What the ending signals to the cancellation callbacks; None for CANCELLED, whose reason is
+    # the one cancel() was given (and signalled by cancel() itself).
+    signal: CancellationReason | None
+    failure: FailureKind  # what a retry attempt refused by this ending is recorded as
+
+
+_ROWS = (
+    Ending(
+        LifecycleEvent.SUCCEED,
+        RunState.SUCCESS,
+        RunFinished,
+        CancellationReason.RUN_FINISHED,
+        FailureKind.CANCELLED,
+    ),
+    Ending(
+        LifecycleEvent.FAIL,
+        RunState.FAILED,
+        RunFinished,
+        CancellationReason.RUN_FINISHED,
+        FailureKind.CANCELLED,
+    ),
+    Ending(
+        LifecycleEvent.CANCEL,
+        RunState.CANCELLED,
+        RunCancelled,
+        None,
+        FailureKind.CANCELLED,
+    ),
+    Ending(
+        LifecycleEvent.TIME_OUT,
+        RunState.TIMED_OUT,
+        RunTimedOut,
+        CancellationReason.DEADLINE_EXCEEDED,
+        FailureKind.DEADLINE_EXCEEDED,
+    ),
+    Ending(
+        LifecycleEvent.EXHAUST_BUDGET,
+        RunState.BUDGET_EXHAUSTED,
+        BudgetExhausted,
+        CancellationReason.BUDGET_EXHAUSTED,
+        FailureKind.BUDGET_EXHAUSTED,
+    ),
+)
+
+ENDINGS: Mapping[RunState, Ending] = MappingProxyType({e.state: e for e in _ROWS})
+"""Each terminal state's ending."""
+
+_BY_EVENT: Mapping[LifecycleEvent, Ending] = MappingProxyType({e.event: e for e in _ROWS})
+# RUN_FINISHED is signalled by SUCCESS and FAILED alone; cancel() refuses it.
+_BY_SIGNAL: dict[CancellationReason | None, Ending] = {
+    e.signal: e for e in _ROWS if e.signal not in (None, CancellationReason.RUN_FINISHED)
+}
+
+
+def ending_of(event: LifecycleEvent) -> Ending:
+    """The ending ``event`` leads to."""
+    return _BY_EVENT[event]
+
+
+def ending_of_cancel(reason: CancellationReason) -> Ending:
+    """The ending an explicit ``cancel(reason)`` records: the deadline's and the budget's own
+    reasons end the run as those would; every other reason ends it ``CANCELLED``."""
+    return _BY_SIGNAL.get(reason, _BY_EVENT[LifecycleEvent.CANCEL])
+
+
+def error_for(
+    termination: RunTermination,
+    boundary: Boundary | None,
+    dimension: BudgetDimension | None = None,
+) -> RunTerminated:
+    """The exception a refused boundary raises for the run's ``termination``.
+
+    ``dimension`` is the budget limit that ended the run, carried by ``BudgetExhausted`` only.
+    """
+    error = ENDINGS[termination.state].error
+    if error is BudgetExhausted:
+        return BudgetExhausted(termination, boundary, dimension=dimension)
+    return error(termination, boundary)

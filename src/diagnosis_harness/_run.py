@@ -1,0 +1,326 @@
+"""``LocalRun``: one run's mutable state, in this process, under one lock.
+
+Theory of operation. Everything about a run that changes -- the lifecycle's state and its one
+termination, the cancellation reason and callbacks, the budget's state, counters and exhausted
+limit -- is a field of one :class:`LocalRun` and changes only under its ``_lock``. One lock,
+because the decisions couple them: a reservation is granted only while the run is live and before
+its deadline; the reservation that would pass a limit exhausts the budget and ends the run; an
+ending signals cancellation, and a cancellation ends the run. Each public method is one such
+decision: it takes the lock once, steps the generated tables with :meth:`MachineTable.take`,
+writes the fields, and releases the lock before any user callback runs.
+
+The handles (``RunContext``, ``Lifecycle``, ``Cancellation``, ``Budget``) are views that forward
+here; :mod:`._backend` states the contract another implementation of this class must keep.
+"""
+
+from __future__ import annotations
+
+import threading
+from types import MappingProxyType
+from typing import TYPE_CHECKING, NoReturn, final
+
+from ._boundary import Boundary
+from ._cancellation import CancelSignal, Pending
+from ._checkpoint import checkpoint
+from ._endings import FinishResult, RunTermination, ending_of, ending_of_cancel, error_for
+from ._generated.tables import BUDGET, LIFECYCLE, BudgetEvent, BudgetState, LifecycleEvent, RunState
+from ._limits import BudgetDimension, BudgetLimits, BudgetUsage
+
+if TYPE_CHECKING:
+    from ._cancellation import CallbackErrorHandler, CancellationCallback, CancellationReason
+    from ._clock import Clock
+
+__all__ = ["LocalRun"]
+
+_RESERVE = BudgetEvent.RESERVE
+_RECORD_USAGE = BudgetEvent.RECORD_USAGE
+
+
+@final
+class LocalRun:
+    """One run's state; implements :class:`~._backend.RunBackend`. Thread-safe.
+
+    Fixed at creation: ``limits``, ``deadline_ns``, the clock. Under ``_lock``, and written only
+    by this class:
+
+    * ``_state`` / ``_termination``: RUNNING and ``None``, then one terminal state and the
+      :class:`RunTermination` that reached it, never replaced. ``_termination is None`` exactly
+      while ``_state`` is RUNNING; it is read without the lock by the gate's fast path.
+    * ``_signal``: the first cancellation reason and the callbacks waiting for it. A set reason
+      implies a terminal state (ending and signal are one decision); the converse holds too, as
+      every ending signals.
+    * ``_budget_state`` / ``_exhausted``: ACTIVE and ``None``, then EXHAUSTED and the first limit
+      reached. EXHAUSTED implies the run has ended (``BUDGET_EXHAUSTED``, or an ending before the
+      usage report that went over).
+    * the counters: never past their limits, but for tokens, which are recorded as reported;
+      ``_tool_calls == sum(_per_tool.values())``.
+    """
+
+    __slots__ = (
+        "_budget_state",
+        "_clock",
+        "_deadline_ns",
+        "_exhausted",
+        "_input_tokens",
+        "_limits",
+        "_lock",
+        "_model_calls",
+        "_output_tokens",
+        "_per_tool",
+        "_run_bytes",
+        "_signal",
+        "_state",
+        "_termination",
+        "_tool_calls",
+    )
+
+    def __init__(
+        self,
+        *,
+        limits: BudgetLimits,
+        deadline_ns: int,
+        clock: Clock,
+        on_callback_error: CallbackErrorHandler,
+        lock: threading.Lock | None = None,
+    ) -> None:
+        self._limits = limits
+        self._deadline_ns = deadline_ns
+        self._clock = clock
+        self._lock = threading.Lock() if lock is None else lock
+        self._state = LIFECYCLE.initial
+        self._termination: RunTermination | None = None
+        self._signal = CancelSignal(on_callback_error)
+        self._budget_state = BUDGET.initial
+        self._exhausted: BudgetDimension | None = None
+        self._model_calls = 0
+        self._tool_calls = 0
+        self._per_tool: dict[str, int] = {}
+        self._input_tokens = 0
+        self._output_tokens = 0
+        self._run_bytes = 0
+
+    # -- reading ------------------------------------------------------------------------------
+
+    @property
+    def limits(self) -> BudgetLimits:
+        return self._limits
+
+    @property
+    def deadline_ns(self) -> int:
+        return self._deadline_ns
+
+    @property
+    def state(self) -> RunState:
+        return self._state
+
+    @property
+    def termination(self) -> RunTermination | None:
+        return self._termination
+
+    @property
+    def reason(self) -> CancellationReason | None:
+        return self._signal.reason
+
+    @property
+    def budget_state(self) -> BudgetState:
+        return self._budget_state
+
+    @property
+    def exhausted(self) -> BudgetDimension | None:
+        return self._exhausted
+
+    def snapshot(self) -> BudgetUsage:
+        with self._lock:
+            model_calls, tool_calls = self._model_calls, self._tool_calls
+            checkpoint("budget.snapshot")  # between reading the totals and the per-Tool counts
+            per_tool = MappingProxyType(dict(self._per_tool))
+            return BudgetUsage(
+                model_calls=model_calls,
+                tool_calls=tool_calls,
+                per_tool_calls=per_tool,
+                input_tokens=self._input_tokens,
+                output_tokens=self._output_tokens,
+                total_tokens=self._input_tokens + self._output_tokens,
+                run_bytes=self._run_bytes,
+                exhausted=self._exhausted,
+            )
+
+    # -- the gate and the reservations ----------------------------------------------------------
+
+    def check(self, boundary: Boundary, now_ns: int) -> None:
+        if self._termination is None and now_ns < self._deadline_ns:
+            return  # a racy read is safe: a stale None is the check a moment earlier
+        with self._lock:
+            pending = self._time_out_locked(boundary, now_ns)
+        self._refuse(boundary, pending)
+
+    def reserve_model_call(self, now_ns: int) -> None:
+        with self._lock:
+            if self._live_locked(now_ns):
+                used, limit = self._model_calls, self._limits.model_calls
+                if used < limit:
+                    self._step_budget_locked(_RESERVE)
+                    self._model_calls = used + 1
+                    return
+                detail = f"{limit} reached: Model call {used + 1} refused"
+                pending = self._exhaust_locked(
+                    _RESERVE, BudgetDimension.MODEL_CALLS, detail, now_ns
+                )
+            else:
+                pending = self._time_out_locked(Boundary.MODEL, now_ns)
+        self._refuse(Boundary.MODEL, pending)
+
+    def reserve_tool_call(self, tool: str, now_ns: int) -> None:
+        with self._lock:
+            if self._live_locked(now_ns):
+                total, used = self._tool_calls, self._per_tool.get(tool, 0)
+                total_limit, limit = self._limits.tool_calls, self._limits.per_tool_limit(tool)
+                if total >= total_limit:
+                    dimension = BudgetDimension.TOOL_CALLS
+                    detail = f"{total_limit} reached: Tool call {total + 1} ({tool!r}) refused"
+                elif used >= limit:
+                    dimension = BudgetDimension.PER_TOOL_CALLS
+                    detail = f"{limit} for Tool {tool!r} reached: call {used + 1} refused"
+                else:
+                    self._step_budget_locked(_RESERVE)
+                    # Both counters move together, after both checks: total == sum per Tool.
+                    self._tool_calls = total + 1
+                    self._per_tool[tool] = used + 1
+                    return
+                pending = self._exhaust_locked(_RESERVE, dimension, detail, now_ns)
+            else:
+                pending = self._time_out_locked(Boundary.TOOL, now_ns)
+        self._refuse(Boundary.TOOL, pending)
+
+    def reserve_bytes(self, n: int, now_ns: int) -> None:
+        with self._lock:
+            if self._live_locked(now_ns):
+                used, limit = self._run_bytes, self._limits.run_bytes
+                if used + n <= limit:
+                    self._step_budget_locked(_RESERVE)
+                    self._run_bytes = used + n
+                    return
+                detail = f"{limit} would be passed: {n} more bytes refused ({used} used)"
+                pending = self._exhaust_locked(_RESERVE, BudgetDimension.RUN_BYTES, detail, now_ns)
+            else:
+                pending = self._time_out_locked(Boundary.CAPACITY, now_ns)
+        self._refuse(Boundary.CAPACITY, pending)
+
+    def record_token_usage(self, input_tokens: int, output_tokens: int, now_ns: int) -> None:
+        limits = self._limits
+        with self._lock:
+            # The tokens were spent: record them as reported, whatever the limits or the run say.
+            used_in = self._input_tokens = self._input_tokens + input_tokens
+            used_out = self._output_tokens = self._output_tokens + output_tokens
+            if used_in > limits.input_tokens:
+                over = (BudgetDimension.INPUT_TOKENS, limits.input_tokens, used_in)
+            elif used_out > limits.output_tokens:
+                over = (BudgetDimension.OUTPUT_TOKENS, limits.output_tokens, used_out)
+            elif used_in + used_out > limits.total_tokens:
+                over = (BudgetDimension.TOTAL_TOKENS, limits.total_tokens, used_in + used_out)
+            else:
+                self._step_budget_locked(_RECORD_USAGE)
+                return
+            dimension, limit, used = over
+            detail = f"{limit} exceeded: {used} used"
+            pending = self._exhaust_locked(_RECORD_USAGE, dimension, detail, now_ns)
+        self._deliver(pending)
+
+    # -- endings --------------------------------------------------------------------------------
+
+    def finish(self, event: LifecycleEvent, reason: str) -> FinishResult:
+        with self._lock:
+            pending = self._end_locked(event, reason, self._clock.monotonic_ns())
+            termination = self._termination
+        assert termination is not None  # set by this ending or an earlier one
+        self._deliver(pending)
+        return FinishResult(changed=pending is not None, termination=termination)
+
+    def cancel(self, reason: CancellationReason) -> bool:
+        with self._lock:
+            pending = self._signal.signal(reason)
+            if pending is None:
+                return False
+            event = ending_of_cancel(reason).event
+            self._end_locked(event, f"cancelled: {reason.name}", self._clock.monotonic_ns())
+        self._signal.deliver(pending, reason)
+        return True
+
+    def register(self, callback: CancellationCallback) -> int | None:
+        with self._lock:
+            reason = self._signal.reason
+            if reason is None:
+                return self._signal.add(callback)
+        self._signal.deliver([callback], reason)
+        return None
+
+    def unregister(self, key: int) -> bool:
+        with self._lock:
+            return self._signal.remove(key)
+
+    # -- under the lock -------------------------------------------------------------------------
+
+    def _live_locked(self, now_ns: int) -> bool:
+        return self._termination is None and now_ns < self._deadline_ns
+
+    def _step_budget_locked(self, event: BudgetEvent, within_limits: bool = True) -> bool:
+        """Step the budget table; False when EXHAUSTED absorbed the event."""
+        row = BUDGET.take(self._budget_state, event, within_limits)
+        if row is None:
+            return False
+        checkpoint("budget")  # between the checks that decided the row and the writes after it
+        self._budget_state = row.target
+        return True
+
+    def _exhaust_locked(
+        self, event: BudgetEvent, dimension: BudgetDimension, detail: str, now_ns: int
+    ) -> Pending | None:
+        """The refused reservation or the usage past a limit: EXHAUSTED, and the run ends."""
+        if not self._step_budget_locked(event, within_limits=False):
+            return None  # exhausted already; the run ended then
+        self._exhausted = dimension
+        reason = f"{dimension.value} limit {detail}"
+        return self._end_locked(LifecycleEvent.EXHAUST_BUDGET, reason, now_ns)
+
+    def _time_out_locked(self, boundary: Boundary, now_ns: int) -> Pending | None:
+        """A boundary saw the run not live: it ended, or ``now_ns`` is past the deadline."""
+        if self._termination is not None:
+            return None
+        reason = (
+            f"deadline exceeded: now {now_ns} ns >= deadline {self._deadline_ns} ns, "
+            f"first seen at the {boundary.name} boundary"
+        )
+        return self._end_locked(LifecycleEvent.TIME_OUT, reason, now_ns)
+
+    def _end_locked(self, event: LifecycleEvent, reason: str, at_ns: int) -> Pending | None:
+        """Record the ending ``event`` leads to and take the callbacks its signal releases.
+
+        ``None`` when the run had already ended (the event is absorbed); otherwise the callbacks
+        to deliver (empty when the run was already signalled, as by ``cancel()``).
+        """
+        row = LIFECYCLE.take(self._state, event)
+        if row is None:
+            return None
+        checkpoint("lifecycle")  # between reading the state and writing it
+        self._state = row.target
+        self._termination = RunTermination(row.target, reason, at_ns)
+        signal = ending_of(event).signal
+        pending = None if signal is None else self._signal.signal(signal)
+        return [] if pending is None else pending
+
+    # -- outside the lock -----------------------------------------------------------------------
+
+    def _deliver(self, pending: Pending | None) -> None:
+        reason = self._signal.reason
+        if pending and reason is not None:
+            self._signal.deliver(pending, reason)
+
+    def _refuse(self, boundary: Boundary, pending: Pending | None) -> NoReturn:
+        """Deliver what the ending took, then raise the run's error; the run has ended."""
+        self._deliver(pending)
+        termination = self._termination
+        assert termination is not None
+        raise error_for(termination, boundary, self._exhausted)
+
+    def __repr__(self) -> str:
+        return f"LocalRun(state={self._state.name}, budget={self._budget_state.name})"
