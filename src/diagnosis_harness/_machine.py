@@ -62,7 +62,11 @@ class MachineTable(Generic[S, E]):
     terminal: frozenset[S]
     guards: tuple[str, ...]
     rows: tuple[Row[S, E], ...]
-    transitions: Mapping[tuple[S, E], tuple[Row[S, E], ...]]
+    # Derived from `rows`, so a table cannot disagree with itself: each (state, event)'s rows, in
+    # file order.
+    transitions: Mapping[tuple[S, E], tuple[Row[S, E], ...]] = field(
+        init=False, repr=False, compare=False
+    )
     # Derived once per table for the hot path (plain dicts: a mappingproxy's get() is slower).
     # The generator allows at most `g` / `not g` of one guard per (state, event), so a row is
     # found by (state, event, the guard's value or None for an unguarded row).
@@ -75,6 +79,10 @@ class MachineTable(Generic[S, E]):
     )
 
     def __post_init__(self) -> None:
+        grouped: dict[tuple[S, E], tuple[Row[S, E], ...]] = {}
+        for row in self.rows:
+            grouped[row.source, row.event] = (*grouped.get((row.source, row.event), ()), row)
+        object.__setattr__(self, "transitions", MappingProxyType(grouped))
         index: dict[tuple[S, E, bool | None], Row[S, E]] = {}
         guard_of: dict[tuple[S, E], str | None] = {}
         steps: dict[tuple[E, bool | None], dict[S, Row[S, E]]] = {}
