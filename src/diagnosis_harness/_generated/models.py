@@ -14,7 +14,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from statemachine import State, StateMachine
+try:
+    from statemachine import State, StateMachine
+except ImportError as exc:
+    raise ImportError(
+        "diagnosis_harness._generated.models needs python-statemachine: "
+        "pip install 'diagnosis-harness[modelcheck]'"
+    ) from exc
 
 from .tables import BudgetState, RetryState, RunState
 

@@ -244,7 +244,15 @@ def render_models(machines: Sequence[MachineSpec], sources: Sequence[str]) -> st
     )
     out.append("from __future__ import annotations\n")
     out.append("from typing import TYPE_CHECKING, Literal\n")
-    out.append("from statemachine import State, StateMachine\n")
+    # python-statemachine is an optional dependency (the modelcheck and report extras); the
+    # runtime never imports this module, so only a user of the models needs it.
+    out.append("try:")
+    out.append("    from statemachine import State, StateMachine")
+    out.append("except ImportError as exc:")
+    out.append("    raise ImportError(")
+    out.append('        "diagnosis_harness._generated.models needs python-statemachine: "')
+    out.append("        \"pip install 'diagnosis-harness[modelcheck]'\"")
+    out.append("    ) from exc\n")
     enums = sorted(name for m in machines for name in (m.state_enum,))
     out.append(f"from .tables import {', '.join(enums)}\n")
     out.append("if TYPE_CHECKING:")

@@ -1,0 +1,58 @@
+"""Optional packages are needed only where they are used, and their absence says what to install.
+
+Each probe runs in a fresh interpreter with one package blocked: ``sys.modules[name] = None``
+makes ``import name`` raise ModuleNotFoundError, as if it were not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+# Runs `statement` with the `blocked` modules unimportable; prints {"error": None or the error}.
+PROBE = """
+import json, sys
+for name in sys.argv[2:]:
+    sys.modules[name] = None
+report = {"error": None}
+try:
+    exec(sys.argv[1])
+except ImportError as exc:
+    cause = exc.__cause__
+    report["error"] = {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "cause": None if cause is None else type(cause).__name__,
+        "cause_name": getattr(cause, "name", None),
+    }
+print(json.dumps(report))
+"""
+
+
+def _probe(statement: str, *blocked: str) -> dict[str, object]:
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, statement, *blocked],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    report: dict[str, object] = json.loads(result.stdout)
+    return report
+
+
+def test_runtime_imports_without_python_statemachine() -> None:
+    report = _probe("import diagnosis_harness, diagnosis_harness._generated.tables", "statemachine")
+    assert report["error"] is None
+
+
+def test_generated_models_without_python_statemachine_name_the_extra() -> None:
+    report = _probe("import diagnosis_harness._generated.models", "statemachine")
+    assert report["error"] == {
+        "type": "ImportError",
+        "message": "diagnosis_harness._generated.models needs python-statemachine: "
+        "pip install 'diagnosis-harness[modelcheck]'",
+        "cause": "ModuleNotFoundError",
+        "cause_name": "statemachine",
+    }
