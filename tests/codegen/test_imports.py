@@ -1,6 +1,6 @@
 """Optional packages are needed only where they are used, and their absence says what to install.
 
-Each probe runs in a fresh interpreter with one package blocked: ``sys.modules[name] = None``
+Each probe runs in a fresh interpreter with packages blocked: ``sys.modules[name] = None``
 makes ``import name`` raise ModuleNotFoundError, as if it were not installed.
 """
 
@@ -9,6 +9,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 # Runs `statement` with the `blocked` modules unimportable; prints {"error": None or the error}.
 PROBE = """
@@ -55,4 +60,29 @@ def test_generated_models_without_python_statemachine_name_the_extra() -> None:
         "pip install 'diagnosis-harness[modelcheck]'",
         "cause": "ModuleNotFoundError",
         "cause_name": "statemachine",
+    }
+
+
+def test_the_generator_imports_without_a_toml_parser() -> None:
+    # Only reading a table needs tomllib (tomli on Python 3.10): importing the generator does not.
+    report = _probe("import diagnosis_harness.codegen", "tomllib", "tomli")
+    assert report["error"] is None
+
+
+@pytest.mark.skipif(
+    sys.version_info >= (3, 11), reason="tomllib is in the standard library: tomli is not used"
+)
+def test_reading_a_table_without_tomli_names_it() -> None:
+    statement = (
+        "from pathlib import Path\n"
+        "from diagnosis_harness.codegen import load_machine\n"
+        f"load_machine(Path({str(FIXTURES / 'valid.toml')!r}))\n"
+    )
+    report = _probe(statement, "tomli")
+    assert report["error"] == {
+        "type": "ImportError",
+        "message": "diagnosis_harness.codegen reads model/*.toml with tomli on Python 3.10: "
+        "pip install 'tomli>=2.0'",
+        "cause": "ModuleNotFoundError",
+        "cause_name": "tomli",
     }
