@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import pytest
@@ -151,13 +150,7 @@ def _with_rows(
     rows: tuple[Row[RunState, LifecycleEvent], ...],
     terminal: frozenset[RunState],
 ) -> MachineTable[RunState, LifecycleEvent]:
-    transitions: dict[tuple[RunState, LifecycleEvent], tuple[Row[RunState, LifecycleEvent], ...]]
-    transitions = {}
-    for row in rows:
-        transitions[row.source, row.event] = (*transitions.get((row.source, row.event), ()), row)
-    return dataclasses.replace(
-        table, rows=rows, terminal=terminal, transitions=MappingProxyType(transitions)
-    )
+    return dataclasses.replace(table, rows=rows, terminal=terminal)  # transitions follow the rows
 
 
 def test_terminal_cas_is_rendered_from_the_table() -> None:
