@@ -150,7 +150,7 @@ def _with_rows(
     rows: tuple[Row[RunState, LifecycleEvent], ...],
     terminal: frozenset[RunState],
 ) -> MachineTable[RunState, LifecycleEvent]:
-    return dataclasses.replace(table, rows=rows, terminal=terminal)
+    return dataclasses.replace(table, rows=rows, terminal=terminal)  # transitions follow the rows
 
 
 def test_terminal_cas_is_rendered_from_the_table() -> None:

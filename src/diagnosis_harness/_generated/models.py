@@ -14,7 +14,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from statemachine import State, StateMachine
+try:
+    from statemachine import State, StateMachine
+except ImportError as exc:
+    raise ImportError(
+        "diagnosis_harness._generated.models needs python-statemachine: "
+        "pip install 'diagnosis-harness[modelcheck]'"
+    ) from exc
 
 from .tables import BudgetState, RetryState, RunState
 
@@ -31,7 +37,6 @@ __all__ = [
 ]
 
 
-
 BudgetEventName = Literal["reserve", "record_usage"]
 """The event names of the budget machine."""
 
@@ -45,12 +50,12 @@ class BudgetModel(StateMachine):
     exhausted = State("EXHAUSTED", final=True, value=BudgetState.EXHAUSTED)
 
     reserve = (
-        active.to(active, cond="within_limits")
-        | active.to(exhausted, unless="within_limits")
+        active.to(active, cond="within_limits")  # row 1
+        | active.to(exhausted, unless="within_limits")  # row 2
     )
     record_usage = (
-        active.to(active, cond="within_limits")
-        | active.to(exhausted, unless="within_limits")
+        active.to(active, cond="within_limits")  # row 3
+        | active.to(exhausted, unless="within_limits")  # row 4
     )
 
     def within_limits(self, guards: Mapping[str, bool]) -> bool:
@@ -85,11 +90,11 @@ class LifecycleModel(StateMachine):
     timed_out = State("TIMED_OUT", final=True, value=RunState.TIMED_OUT)
     budget_exhausted = State("BUDGET_EXHAUSTED", final=True, value=RunState.BUDGET_EXHAUSTED)
 
-    succeed = running.to(success)
-    fail = running.to(failed)
-    cancel = running.to(cancelled)
-    time_out = running.to(timed_out)
-    exhaust_budget = running.to(budget_exhausted)
+    succeed = running.to(success)  # row 1
+    fail = running.to(failed)  # row 2
+    cancel = running.to(cancelled)  # row 3
+    time_out = running.to(timed_out)  # row 4
+    exhaust_budget = running.to(budget_exhausted)  # row 5
 
     def fire(self, event: LifecycleEventName, /, **guards: bool) -> None:
         """Send ``event`` with guard values; TransitionNotAllowed if no row fits."""
@@ -120,17 +125,17 @@ class RetryModel(StateMachine):
     stopped = State("STOPPED", final=True, value=RetryState.STOPPED)
 
     attempt = (
-        ready.to(attempting)
-        | awaiting_retry.to(attempting)
+        ready.to(attempting)  # row 1
+        | awaiting_retry.to(attempting)  # row 6
     )
     stop = (
-        ready.to(stopped)
-        | awaiting_retry.to(stopped)
+        ready.to(stopped)  # row 2
+        | awaiting_retry.to(stopped)  # row 7
     )
-    succeed = attempting.to(succeeded)
+    succeed = attempting.to(succeeded)  # row 3
     fail = (
-        attempting.to(awaiting_retry, cond="retry_allowed")
-        | attempting.to(failed, unless="retry_allowed")
+        attempting.to(awaiting_retry, cond="retry_allowed")  # row 4
+        | attempting.to(failed, unless="retry_allowed")  # row 5
     )
 
     def retry_allowed(self, guards: Mapping[str, bool]) -> bool:

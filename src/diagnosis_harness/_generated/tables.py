@@ -4,11 +4,12 @@
 #   model/retry.toml
 # Do not edit: change the table in model/ and run the generator again.
 
-"""Runtime tables: enums and frozen (state, event) -> rows maps, from model/."""
+"""Runtime tables: enums and the transition rows of each machine, from model/."""
 
 from __future__ import annotations
 
 import enum
+from typing import TypeVar
 
 from .._machine import MachineTable, Row
 
@@ -23,6 +24,30 @@ __all__ = [
     "RetryState",
     "RunState",
 ]
+
+_S = TypeVar("_S", bound=enum.Enum)
+_E = TypeVar("_E", bound=enum.Enum)
+
+# The spec requirements the rows serve: `### Requirement:` names of specs/*/spec.md.
+_REQ_1 = "Run budgets SHALL be explicit, thread-safe, and observable"
+_REQ_2 = "A Run SHALL have exactly one terminal outcome"
+_REQ_3 = "Deadline and cancellation SHALL stop subsequent controlled work"
+_REQ_4 = "Harness retry SHALL be typed, bounded, and recorded"
+
+
+def _row(  # noqa: PLR0917 - positional, so that one row is one line
+    index: int, source: _S, event: _E, target: _S, guard: str | None, expect: bool, requirement: str
+) -> Row[_S, _E]:
+    """A :class:`Row` from its fields in order, so that each row below fits on one line."""
+    return Row(
+        index=index,
+        source=source,
+        event=event,
+        target=target,
+        guard=guard,
+        expect=expect,
+        requirement=requirement,
+    )
 
 
 class BudgetState(enum.Enum):
@@ -47,58 +72,29 @@ class BudgetEvent(enum.Enum):
     __hash__ = object.__hash__
 
 
-_BUDGET_ROWS: tuple[Row[BudgetState, BudgetEvent], ...] = (
-    Row(
-        index=1,
-        source=BudgetState.ACTIVE,
-        event=BudgetEvent.RESERVE,
-        target=BudgetState.ACTIVE,
-        guard="within_limits",
-        expect=True,
-        requirement="Run budgets SHALL be explicit, thread-safe, and observable",
-    ),
-    Row(
-        index=2,
-        source=BudgetState.ACTIVE,
-        event=BudgetEvent.RESERVE,
-        target=BudgetState.EXHAUSTED,
-        guard="within_limits",
-        expect=False,
-        requirement="Run budgets SHALL be explicit, thread-safe, and observable",
-    ),
-    Row(
-        index=3,
-        source=BudgetState.ACTIVE,
-        event=BudgetEvent.RECORD_USAGE,
-        target=BudgetState.ACTIVE,
-        guard="within_limits",
-        expect=True,
-        requirement="Run budgets SHALL be explicit, thread-safe, and observable",
-    ),
-    Row(
-        index=4,
-        source=BudgetState.ACTIVE,
-        event=BudgetEvent.RECORD_USAGE,
-        target=BudgetState.EXHAUSTED,
-        guard="within_limits",
-        expect=False,
-        requirement="Run budgets SHALL be explicit, thread-safe, and observable",
-    ),
-)
+def _budget_rows() -> tuple[Row[BudgetState, BudgetEvent], ...]:
+    """The rows of model/budget.toml, in file order."""
+    S, E = BudgetState, BudgetEvent
+    # _row(index, source, event, target, guard, expect, requirement)
+    return (
+        _row(1, S.ACTIVE, E.RESERVE, S.ACTIVE, "within_limits", True, _REQ_1),
+        _row(2, S.ACTIVE, E.RESERVE, S.EXHAUSTED, "within_limits", False, _REQ_1),
+        _row(3, S.ACTIVE, E.RECORD_USAGE, S.ACTIVE, "within_limits", True, _REQ_1),
+        _row(4, S.ACTIVE, E.RECORD_USAGE, S.EXHAUSTED, "within_limits", False, _REQ_1),
+    )
+
+
 BUDGET: MachineTable[BudgetState, BudgetEvent] = MachineTable(
     name="budget",
     source="model/budget.toml",
     states=BudgetState,
     events=BudgetEvent,
     initial=BudgetState.ACTIVE,
-    terminal=frozenset(
-        (
-            BudgetState.EXHAUSTED,
-        )
-    ),
+    terminal=frozenset({BudgetState.EXHAUSTED}),
     guards=("within_limits",),
-    rows=_BUDGET_ROWS,
+    rows=_budget_rows(),
 )
+
 
 class RunState(enum.Enum):
     """States of the lifecycle machine: RUNNING, then only the first of SUCCESS, FAILED, CANCELLED,
@@ -138,53 +134,19 @@ class LifecycleEvent(enum.Enum):
     __hash__ = object.__hash__
 
 
-_LIFECYCLE_ROWS: tuple[Row[RunState, LifecycleEvent], ...] = (
-    Row(
-        index=1,
-        source=RunState.RUNNING,
-        event=LifecycleEvent.SUCCEED,
-        target=RunState.SUCCESS,
-        guard=None,
-        expect=True,
-        requirement="A Run SHALL have exactly one terminal outcome",
-    ),
-    Row(
-        index=2,
-        source=RunState.RUNNING,
-        event=LifecycleEvent.FAIL,
-        target=RunState.FAILED,
-        guard=None,
-        expect=True,
-        requirement="A Run SHALL have exactly one terminal outcome",
-    ),
-    Row(
-        index=3,
-        source=RunState.RUNNING,
-        event=LifecycleEvent.CANCEL,
-        target=RunState.CANCELLED,
-        guard=None,
-        expect=True,
-        requirement="Deadline and cancellation SHALL stop subsequent controlled work",
-    ),
-    Row(
-        index=4,
-        source=RunState.RUNNING,
-        event=LifecycleEvent.TIME_OUT,
-        target=RunState.TIMED_OUT,
-        guard=None,
-        expect=True,
-        requirement="Deadline and cancellation SHALL stop subsequent controlled work",
-    ),
-    Row(
-        index=5,
-        source=RunState.RUNNING,
-        event=LifecycleEvent.EXHAUST_BUDGET,
-        target=RunState.BUDGET_EXHAUSTED,
-        guard=None,
-        expect=True,
-        requirement="Run budgets SHALL be explicit, thread-safe, and observable",
-    ),
-)
+def _lifecycle_rows() -> tuple[Row[RunState, LifecycleEvent], ...]:
+    """The rows of model/lifecycle.toml, in file order."""
+    S, E = RunState, LifecycleEvent
+    # _row(index, source, event, target, guard, expect, requirement)
+    return (
+        _row(1, S.RUNNING, E.SUCCEED, S.SUCCESS, None, True, _REQ_2),
+        _row(2, S.RUNNING, E.FAIL, S.FAILED, None, True, _REQ_2),
+        _row(3, S.RUNNING, E.CANCEL, S.CANCELLED, None, True, _REQ_3),
+        _row(4, S.RUNNING, E.TIME_OUT, S.TIMED_OUT, None, True, _REQ_3),
+        _row(5, S.RUNNING, E.EXHAUST_BUDGET, S.BUDGET_EXHAUSTED, None, True, _REQ_1),
+    )
+
+
 LIFECYCLE: MachineTable[RunState, LifecycleEvent] = MachineTable(
     name="lifecycle",
     source="model/lifecycle.toml",
@@ -192,17 +154,18 @@ LIFECYCLE: MachineTable[RunState, LifecycleEvent] = MachineTable(
     events=LifecycleEvent,
     initial=RunState.RUNNING,
     terminal=frozenset(
-        (
+        {
             RunState.SUCCESS,
             RunState.FAILED,
             RunState.CANCELLED,
             RunState.TIMED_OUT,
             RunState.BUDGET_EXHAUSTED,
-        )
+        }
     ),
     guards=(),
-    rows=_LIFECYCLE_ROWS,
+    rows=_lifecycle_rows(),
 )
+
 
 class RetryState(enum.Enum):
     """States of the retry machine: An attempt, then success, a retryable failure with attempts
@@ -240,84 +203,28 @@ class RetryEvent(enum.Enum):
     __hash__ = object.__hash__
 
 
-_RETRY_ROWS: tuple[Row[RetryState, RetryEvent], ...] = (
-    Row(
-        index=1,
-        source=RetryState.READY,
-        event=RetryEvent.ATTEMPT,
-        target=RetryState.ATTEMPTING,
-        guard=None,
-        expect=True,
-        requirement="Harness retry SHALL be typed, bounded, and recorded",
-    ),
-    Row(
-        index=2,
-        source=RetryState.READY,
-        event=RetryEvent.STOP,
-        target=RetryState.STOPPED,
-        guard=None,
-        expect=True,
-        requirement="Deadline and cancellation SHALL stop subsequent controlled work",
-    ),
-    Row(
-        index=3,
-        source=RetryState.ATTEMPTING,
-        event=RetryEvent.SUCCEED,
-        target=RetryState.SUCCEEDED,
-        guard=None,
-        expect=True,
-        requirement="Harness retry SHALL be typed, bounded, and recorded",
-    ),
-    Row(
-        index=4,
-        source=RetryState.ATTEMPTING,
-        event=RetryEvent.FAIL,
-        target=RetryState.AWAITING_RETRY,
-        guard="retry_allowed",
-        expect=True,
-        requirement="Harness retry SHALL be typed, bounded, and recorded",
-    ),
-    Row(
-        index=5,
-        source=RetryState.ATTEMPTING,
-        event=RetryEvent.FAIL,
-        target=RetryState.FAILED,
-        guard="retry_allowed",
-        expect=False,
-        requirement="Harness retry SHALL be typed, bounded, and recorded",
-    ),
-    Row(
-        index=6,
-        source=RetryState.AWAITING_RETRY,
-        event=RetryEvent.ATTEMPT,
-        target=RetryState.ATTEMPTING,
-        guard=None,
-        expect=True,
-        requirement="Harness retry SHALL be typed, bounded, and recorded",
-    ),
-    Row(
-        index=7,
-        source=RetryState.AWAITING_RETRY,
-        event=RetryEvent.STOP,
-        target=RetryState.STOPPED,
-        guard=None,
-        expect=True,
-        requirement="Deadline and cancellation SHALL stop subsequent controlled work",
-    ),
-)
+def _retry_rows() -> tuple[Row[RetryState, RetryEvent], ...]:
+    """The rows of model/retry.toml, in file order."""
+    S, E = RetryState, RetryEvent
+    # _row(index, source, event, target, guard, expect, requirement)
+    return (
+        _row(1, S.READY, E.ATTEMPT, S.ATTEMPTING, None, True, _REQ_4),
+        _row(2, S.READY, E.STOP, S.STOPPED, None, True, _REQ_3),
+        _row(3, S.ATTEMPTING, E.SUCCEED, S.SUCCEEDED, None, True, _REQ_4),
+        _row(4, S.ATTEMPTING, E.FAIL, S.AWAITING_RETRY, "retry_allowed", True, _REQ_4),
+        _row(5, S.ATTEMPTING, E.FAIL, S.FAILED, "retry_allowed", False, _REQ_4),
+        _row(6, S.AWAITING_RETRY, E.ATTEMPT, S.ATTEMPTING, None, True, _REQ_4),
+        _row(7, S.AWAITING_RETRY, E.STOP, S.STOPPED, None, True, _REQ_3),
+    )
+
+
 RETRY: MachineTable[RetryState, RetryEvent] = MachineTable(
     name="retry",
     source="model/retry.toml",
     states=RetryState,
     events=RetryEvent,
     initial=RetryState.READY,
-    terminal=frozenset(
-        (
-            RetryState.SUCCEEDED,
-            RetryState.FAILED,
-            RetryState.STOPPED,
-        )
-    ),
+    terminal=frozenset({RetryState.SUCCEEDED, RetryState.FAILED, RetryState.STOPPED}),
     guards=("retry_allowed",),
-    rows=_RETRY_ROWS,
+    rows=_retry_rows(),
 )

@@ -2,8 +2,9 @@
 
 Outputs (paths relative to the repository root):
 
-- ``src/diagnosis_harness/_generated/tables.py`` -- enums and frozen ``(state, event)`` maps for
-  the hot path (:mod:`diagnosis_harness._machine` walks them);
+- ``src/diagnosis_harness/_generated/tables.py`` -- enums and each machine's rows as a
+  ``MachineTable``, which derives the ``(state, event)`` maps the hot path walks
+  (:mod:`diagnosis_harness._machine`);
 - ``src/diagnosis_harness/_generated/models.py`` -- strict python-statemachine ``StateMachine``
   subclasses with ``Literal`` event names: the executable specification and test oracle;
 - ``docs/machines/<name>.md`` -- each machine's diagram (python-statemachine's own Mermaid output
@@ -26,7 +27,7 @@ from ._load import TableError
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from ._load import MachineSpec
+    from ._load import MachineSpec, RowSpec
 
 __all__ = ["GENERATED_PACKAGE", "render_all"]
 
@@ -90,11 +91,63 @@ def _doc_literal(text: str, indent: int = 4) -> str:
     return '"""' + "\n".join([lines[0], *(pad + line for line in lines[1:])]) + f"\n{pad}" + '"""'
 
 
+def _fit(
+    pad: str,
+    head: str,
+    items: Sequence[str],
+    tail: str = "",
+    *,
+    brackets: str = "()",
+    one_tuple: bool = False,
+) -> list[str]:
+    """``head(items)tail`` on one line if it fits, else one item a line with a trailing comma.
+
+    Both layouts are fixed points of ``ruff format`` (a magic trailing comma keeps a bracket split),
+    so the generator's output is formatted without running ruff. ``one_tuple``: the brackets are
+    a tuple's, so one item takes a comma.
+    """
+    opening, closing = brackets[0], brackets[1]
+    joined = ", ".join(items)
+    if one_tuple and len(items) == 1:
+        joined += ","
+    line = f"{pad}{head}{opening}{joined}{closing}{tail}"
+    if len(line) <= _WIDTH:
+        return [line]
+    return [
+        f"{pad}{head}{opening}",
+        *(f"{pad}    {item}," for item in items),
+        f"{pad}{closing}{tail}",
+    ]
+
+
+# Row takes keyword arguments only; the generated rows pass their fields by position through this
+# helper, so that each row is one line a reader can scan as a table (hence the noqa: with keywords
+# a row is about 150 characters and ruff splits it over nine lines).
+_ROW_HELPER = """\
+def _row(  # noqa: PLR0917 - positional, so that one row is one line
+    index: int, source: _S, event: _E, target: _S, guard: str | None, expect: bool, requirement: str
+) -> Row[_S, _E]:
+    \"\"\"A :class:`Row` from its fields in order, so that each row below fits on one line.\"\"\"
+    return Row(
+        index=index,
+        source=source,
+        event=event,
+        target=target,
+        guard=guard,
+        expect=expect,
+        requirement=requirement,
+    )
+"""
+
+
 def render_tables(machines: Sequence[MachineSpec], sources: Sequence[str]) -> str:
     out = [_header("#", sources)]
-    out.append('"""Runtime tables: enums and frozen (state, event) -> rows maps, from model/."""\n')
+    out.append(
+        '"""Runtime tables: enums and the transition rows of each machine, from model/."""\n'
+    )
     out.append("from __future__ import annotations\n")
-    out.append("import enum\n")
+    out.append("import enum")
+    out.append("from typing import TypeVar\n")
     out.append("from .._machine import MachineTable, Row\n")
     exported: list[str] = []
     for m in machines:
@@ -103,6 +156,18 @@ def render_tables(machines: Sequence[MachineSpec], sources: Sequence[str]) -> st
     # ruff's RUF022 order: SCREAMING_CASE constants first, then the classes.
     out.extend(f'    "{name}",' for name in sorted(exported, key=lambda n: (not n.isupper(), n)))
     out.append("]\n")
+    out.append('_S = TypeVar("_S", bound=enum.Enum)')
+    out.append('_E = TypeVar("_E", bound=enum.Enum)\n')
+    requirements: dict[str, str] = {}
+    for m in machines:
+        for r in m.rows:
+            requirements.setdefault(r.requirement, f"_REQ_{len(requirements) + 1}")
+    out.append(
+        "# The spec requirements the rows serve: `### Requirement:` names of specs/*/spec.md."
+    )
+    out.extend(f'{name} = "{text}"' for text, name in requirements.items())
+    out.append("\n")
+    out.append(_ROW_HELPER)
     for m in machines:
         out.append("")
         out.append(f"class {m.state_enum}(enum.Enum):")
@@ -119,37 +184,54 @@ def render_tables(machines: Sequence[MachineSpec], sources: Sequence[str]) -> st
             out.append(f"    {_doc_literal(doc)}")
         out.extend(_IDENTITY_HASH)
         out.append("\n")
-        rows_name = f"_{_const(m)}_ROWS"
-        out.append(f"{rows_name}: tuple[Row[{m.state_enum}, {m.event_enum}], ...] = (")
+        rows_function = f"_{m.name}_rows"
+        out.append(f"def {rows_function}() -> tuple[Row[{m.state_enum}, {m.event_enum}], ...]:")
+        out.append(f'    """The rows of model/{m.path.name}, in file order."""')
+        # Short names for the enums, as in _machine's Row[S, E], keep each row one line.
+        out.append(f"    S, E = {m.state_enum}, {m.event_enum}")
+        out.append("    # _row(index, source, event, target, guard, expect, requirement)")
+        out.append("    return (")
         for r in m.rows:
             guard = "None" if r.guard is None else f'"{r.guard}"'
-            out.append("    Row(")
-            out.append(f"        index={r.index},")
-            out.append(f"        source={m.state_enum}.{r.source},")
-            out.append(f"        event={m.event_enum}.{r.event.upper()},")
-            out.append(f"        target={m.state_enum}.{r.target},")
-            out.append(f"        guard={guard},")
-            out.append(f"        expect={r.expect},")
-            out.append(f'        requirement="{r.requirement}",')
-            out.append("    ),")
-        out.append(")")
-        terminal = [s.name for s in m.states if s.terminal]
+            fields = [
+                str(r.index),
+                f"S.{r.source}",
+                f"E.{r.event.upper()}",
+                f"S.{r.target}",
+                guard,
+                str(r.expect),
+                requirements[r.requirement],
+            ]
+            out.extend(_fit("        ", "_row", fields, ","))
+        out.append("    )")
+        out.append("\n")
+        terminal = [f"{m.state_enum}.{s.name}" for s in m.states if s.terminal]
         out.append(f"{_const(m)}: MachineTable[{m.state_enum}, {m.event_enum}] = MachineTable(")
         out.append(f'    name="{m.name}",')
         out.append(f'    source="model/{m.path.name}",')
         out.append(f"    states={m.state_enum},")
         out.append(f"    events={m.event_enum},")
         out.append(f"    initial={m.state_enum}.{m.initial.name},")
-        out.append("    terminal=frozenset(")
-        out.append("        (")
-        out.extend(f"            {m.state_enum}.{name}," for name in terminal)
-        out.append("        )")
-        out.append("    ),")
-        guards = "".join(f'"{g.name}", ' for g in m.guards).rstrip(" ")
-        out.append(f"    guards=({guards}),")
-        out.append(f"    rows={rows_name},")
+        terminal_set = _fit("    ", "terminal=frozenset", ["{" + ", ".join(terminal) + "}"], ",")
+        if len(terminal_set) == 1:
+            out.extend(terminal_set)
+        else:  # ruff splits the set inside the call's own split parentheses
+            out.append("    terminal=frozenset(")
+            out.extend(_fit("        ", "", terminal, brackets="{}"))
+            out.append("    ),")
+        out.extend(_fit("    ", "guards=", [f'"{g.name}"' for g in m.guards], ",", one_tuple=True))
+        out.append(f"    rows={rows_function}(),")
         out.append(")")
-    return "\n".join(out) + "\n"
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _transition(pad: str, head: str, row: RowSpec) -> list[str]:
+    """``source.to(target[, cond=/unless=guard])`` for one row, citing the row."""
+    arguments = [_attr(row.target)]
+    if row.guard is not None:
+        arguments.append(f'{"cond" if row.expect else "unless"}="{row.guard}"')
+    return _fit(pad, f"{head}{_attr(row.source)}.to", arguments, f"  # row {row.index}")
 
 
 def render_models(machines: Sequence[MachineSpec], sources: Sequence[str]) -> str:
@@ -162,7 +244,15 @@ def render_models(machines: Sequence[MachineSpec], sources: Sequence[str]) -> st
     )
     out.append("from __future__ import annotations\n")
     out.append("from typing import TYPE_CHECKING, Literal\n")
-    out.append("from statemachine import State, StateMachine\n")
+    # python-statemachine is an optional dependency (the modelcheck and report extras); the
+    # runtime never imports this module, so only a user of the models needs it.
+    out.append("try:")
+    out.append("    from statemachine import State, StateMachine")
+    out.append("except ImportError as exc:")
+    out.append("    raise ImportError(")
+    out.append('        "diagnosis_harness._generated.models needs python-statemachine: "')
+    out.append("        \"pip install 'diagnosis-harness[modelcheck]'\"")
+    out.append("    ) from exc\n")
     enums = sorted(name for m in machines for name in (m.state_enum,))
     out.append(f"from .tables import {', '.join(enums)}\n")
     out.append("if TYPE_CHECKING:")
@@ -174,37 +264,34 @@ def render_models(machines: Sequence[MachineSpec], sources: Sequence[str]) -> st
     )
     out.append("__all__ = [")
     out.extend(f'    "{name}",' for name in exported)
-    out.append("]\n")
+    out.append("]")
     for m in machines:
         _check_names(m)
         literal = f"{m.class_name.removesuffix('Model')}EventName"
-        names = ", ".join(f'"{e}"' for e, _ in m.events)
+        names = [f'"{e}"' for e, _ in m.events]
         out.append("\n")
-        out.append(f"{literal} = Literal[{names}]")
+        out.extend(_fit("", f"{literal} = Literal", names, brackets="[]"))
         out.append(f'"""The event names of the {m.name} machine."""\n')
         out.append("")
         out.append(f"class {m.class_name}(StateMachine):")
         out.append(f"    {_doc_literal(f'The {m.name} machine of model/{m.path.name}: {m.doc}')}\n")
         for s in m.states:
-            flags = ", initial=True" if s.initial else (", final=True" if s.terminal else "")
-            out.append(
-                f'    {_attr(s.name)} = State("{s.name}"{flags}, value={m.state_enum}.{s.name})'
-            )
+            flags = ["initial=True"] if s.initial else (["final=True"] if s.terminal else [])
+            arguments = [f'"{s.name}"', *flags, f"value={m.state_enum}.{s.name}"]
+            out.extend(_fit("    ", f"{_attr(s.name)} = State", arguments))
         out.append("")
         for event, _ in m.events:
-            parts = []
-            for r in (r for r in m.rows if r.event == event):
-                cond = ""
-                if r.guard is not None:
-                    cond = f', {"cond" if r.expect else "unless"}="{r.guard}"'
-                parts.append(f"{_attr(r.source)}.to({_attr(r.target)}{cond})")
-            if len(parts) == 1:
-                out.append(f"    {event} = {parts[0]}")
-            else:
-                out.append(f"    {event} = (")
-                out.append(f"        {parts[0]}")
-                out.extend(f"        | {p}" for p in parts[1:])
-                out.append("    )")
+            rows = [r for r in m.rows if r.event == event]
+            if len(rows) == 1:
+                out.extend(_transition("    ", f"{event} = ", rows[0]))
+                continue
+            # The comment citing each row also keeps ruff from joining the parts or re-splitting
+            # them inside a call: a parenthesized expression with comments stays split at its `|`.
+            out.append(f"    {event} = (")
+            out.extend(_transition("        ", "", rows[0]))
+            for r in rows[1:]:
+                out.extend(_transition("        ", "| ", r))
+            out.append("    )")
         for g in m.guards:
             out.append("")
             out.append(f"    def {g.name}(self, guards: Mapping[str, bool]) -> bool:")

@@ -15,11 +15,6 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import TYPE_CHECKING, Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised by the py310 tox env
-    import tomli as tomllib
-
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
     from pathlib import Path
@@ -107,6 +102,18 @@ def requirement_names(spec_markdown: str) -> frozenset[str]:
 
 def load_machine(path: Path, *, requirements: Iterable[str] | None = None) -> MachineSpec:
     """Parse and validate one table; ``requirements`` (when given) are the names rows may cite."""
+    # Imported here, not at the top: only the generator reads TOML, and on Python 3.10 the parser
+    # is the tomli package, which an installation that never generates need not have.
+    if sys.version_info >= (3, 11):
+        import tomllib  # noqa: PLC0415 - lazy, like tomli below
+    else:  # pragma: no cover - exercised by the py310 tox env
+        try:
+            import tomli as tomllib  # noqa: PLC0415 - lazy: Python 3.10 needs the package
+        except ImportError as exc:
+            raise ImportError(
+                "diagnosis_harness.codegen reads model/*.toml with tomli on Python 3.10: "
+                "pip install 'tomli>=2.0'"
+            ) from exc
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
