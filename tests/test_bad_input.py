@@ -101,6 +101,8 @@ def test_create_refuses_bad_ids(bad: object, which: str) -> None:
     with pytest.raises(InvalidRunIdentity) as caught:
         untyped(**ids, limits=limits(), timeout=1, clock=ManualClock())
     assert isinstance(caught.value, ValueError)
+    # A wrong type is a TypeError, as everywhere else in the library; a blank str is not.
+    assert isinstance(caught.value, TypeError) is (not isinstance(bad, str))
     assert _names(str(caught.value), which)
 
 

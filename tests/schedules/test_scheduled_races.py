@@ -19,10 +19,12 @@ from diagnosis_harness.modelcheck._scheduler import (
     Scenario,
     capacity_race,
     explore,
+    model_call_race,
     registration_race,
     reservation_race,
     run_checks,
     search,
+    snapshot_race,
     terminal_race,
 )
 
@@ -153,6 +155,30 @@ def test_every_schedule_of_racing_reservations_keeps_the_counters_exact(
     assert _assert_clean(scenario) == exhausted
 
 
+@PER_TOOL
+@pytest.mark.parametrize(
+    ("calls", "limit", "outcomes"),
+    [
+        pytest.param([2, 1], 2, {"exhausted"}, id="past-the-limit"),
+        pytest.param([2, 2], 4, {"all granted"}, id="within"),
+    ],
+)
+def test_every_schedule_of_repeated_model_call_reservations_loses_no_update(
+    calls: list[int], limit: int, outcomes: set[str]
+) -> None:
+    """An actor's second reservation is the plain granted path: no update lost, none over."""
+    assert _assert_clean(model_call_race(calls, limit=limit)) == outcomes
+
+
+@PER_TOOL
+@pytest.mark.parametrize("plan", [["a", "b"], ["a", "a", "b"]], ids=["two-tools", "repeat"])
+def test_every_schedule_of_snapshots_during_reservations_sees_one_decision(
+    plan: list[str],
+) -> None:
+    """A snapshot taken while Tool calls are reserved is never torn: total == sum per Tool."""
+    assert _assert_clean(snapshot_race(plan)) == {"consistent"}
+
+
 # -- capacity reservations racing -----------------------------------------------------------------
 
 
@@ -194,6 +220,8 @@ UNLOCKED = [
         marks=PER_TOOL,
         id="total",
     ),
+    pytest.param(model_call_race([2, 1], limit=2), marks=PER_TOOL, id="model-calls"),
+    pytest.param(snapshot_race(["a", "b"]), marks=PER_TOOL, id="snapshot"),
     pytest.param(capacity_race([[3], [3]], limit=5), marks=BYTE_LIMIT, id="capacity"),
 ]
 

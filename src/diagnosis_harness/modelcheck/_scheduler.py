@@ -57,7 +57,7 @@ from .._context import RunContext
 from .._endings import CancellationReason
 from .._errors import BudgetExhausted, RunTerminated, RunTimedOut
 from .._generated.tables import RunState
-from .._limits import BudgetDimension, BudgetLimits
+from .._limits import BudgetDimension, BudgetLimits, BudgetUsage
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -84,11 +84,13 @@ __all__ = [
     "SchedulerError",
     "capacity_race",
     "explore",
+    "model_call_race",
     "registration_race",
     "reservation_race",
     "run_checks",
     "schedules",
     "search",
+    "snapshot_race",
     "terminal_race",
 ]
 
@@ -158,6 +160,11 @@ class SchedLock:
     def name(self) -> str:
         return self._name
 
+    @property
+    def holder(self) -> int | None:
+        """The actor holding the lock (``_OUTSIDE`` off actor threads), or ``None`` when free."""
+        return self._holder
+
     def as_lock(self) -> threading.Lock:
         """This lock, typed as what ``RunContext.create(_lock=...)`` and friends accept."""
         return cast("threading.Lock", self)
@@ -181,7 +188,7 @@ class SchedLock:
             raise Deadlock(f"actor {actor} acquires {self._name}, which it already holds")
         if blocking:
             # Resumed only once the lock is free (see Scheduler._blocked).
-            self._scheduler._park(actor, _Point(f"acquire {self._name}", self))
+            self._scheduler.park(actor, _Point(f"acquire {self._name}", self))
         if self._exclusive:
             if self._holder is not None:
                 return False  # only a non-blocking acquire gets here
@@ -195,9 +202,8 @@ class SchedLock:
             if self._holder != expected:
                 raise RuntimeError(f"release of {self._name}, which this thread does not hold")
             self._holder = None
-        scheduler = self._scheduler
-        if actor is not None and scheduler._release_points and not scheduler._aborted:
-            scheduler._park(actor, _Point(f"release {self._name}"))
+        if actor is not None and self._scheduler.parks_on_release:
+            self._scheduler.park(actor, _Point(f"release {self._name}"))
 
     def __enter__(self) -> bool:
         return self.acquire()
@@ -249,6 +255,11 @@ class Scheduler:
 
     def lock(self, *, exclusive: bool = True, name: str = "run lock") -> SchedLock:
         return SchedLock(self, exclusive=exclusive, name=name)
+
+    @property
+    def parks_on_release(self) -> bool:
+        """Whether releasing a lock is a scheduling point (``release_points``, not aborted)."""
+        return self._release_points and not self._aborted
 
     def current(self) -> int | None:
         """The index of the actor running on the calling thread, or ``None`` off actor threads."""
@@ -326,7 +337,7 @@ class Scheduler:
     def _blocked(self, actor: int) -> bool:
         point = self._pending[actor]
         lock = None if point is None else point.lock
-        return lock is not None and lock._exclusive and lock._holder is not None
+        return lock is not None and lock.exclusive and lock.holder is not None
 
     def _wait_back(self, actor: int, site: str) -> None:
         if not self._back.acquire(timeout=self._timeout):
@@ -355,7 +366,7 @@ class Scheduler:
     def _actor_main(self, actor: int, body: Callable[[], object]) -> None:
         self._actor_of[threading.get_ident()] = actor
         try:
-            self._park(actor, _START)
+            self.park(actor, _START)
             self._results[actor] = body()
         except _Abort:
             pass
@@ -368,9 +379,9 @@ class Scheduler:
     def _checkpoint(self, site: str) -> None:
         actor = self.current()
         if actor is not None:
-            self._park(actor, _Point(site))
+            self.park(actor, _Point(site))
 
-    def _park(self, actor: int, point: _Point) -> None:
+    def park(self, actor: int, point: _Point) -> None:
         """Hand control back to the controller and wait until it picks this actor again."""
         if self._aborted:
             raise _Abort
@@ -427,7 +438,7 @@ class Exploration:
             "outcomes": dict(sorted(self.outcomes.items())),
         }
 
-    def _record(
+    def record(
         self, started: float, label: str | None, violation: InvariantViolation | None
     ) -> None:
         self.schedules += 1
@@ -512,9 +523,9 @@ def explore(
                 choose, locked=locked, release_points=release_points, timeout=timeout
             )
         except InvariantViolation as violation:
-            result._record(started, None, violation)
+            result.record(started, None, violation)
         else:
-            result._record(started, label, None)
+            result.record(started, label, None)
 
     for _ in schedules(run_one):
         if stop_at_first_violation and result.violations:
@@ -569,9 +580,9 @@ def search(
                 choose, locked=locked, release_points=release_points, timeout=timeout
             )
         except InvariantViolation as violation:
-            result._record(started, None, violation)
+            result.record(started, None, violation)
             raise
-        result._record(started, label, None)
+        result.record(started, label, None)
 
     try:
         one_schedule()
@@ -682,10 +693,12 @@ class ActorClock:
         return LATE_NS if self._scheduler.current() in self._late else EARLY_NS
 
 
-def _limits(*, tool_calls: int = 10**9, per_tool_calls: int = 10**9) -> BudgetLimits:
+def _limits(
+    *, model_calls: int = 10**9, tool_calls: int = 10**9, per_tool_calls: int = 10**9
+) -> BudgetLimits:
     generous = 10**9  # the limits a scenario does not race on
     return BudgetLimits(
-        model_calls=generous,
+        model_calls=model_calls,
         tool_calls=tool_calls,
         per_tool_calls=per_tool_calls,
         input_tokens=generous,
@@ -700,13 +713,16 @@ def _run(
     lock: SchedLock,
     late: frozenset[int],
     *,
+    model_calls: int = 10**9,
     tool_calls: int = 10**9,
     per_tool_calls: int = 10**9,
 ) -> RunContext:
     return RunContext.create(
         session_id="session-1",
         run_id="run-1",
-        limits=_limits(tool_calls=tool_calls, per_tool_calls=per_tool_calls),
+        limits=_limits(
+            model_calls=model_calls, tool_calls=tool_calls, per_tool_calls=per_tool_calls
+        ),
         deadline=Deadline.at_ns(LATE_NS),
         clock=ActorClock(scheduler, late),
         _lock=lock.as_lock(),
@@ -1022,6 +1038,97 @@ def reservation_race(
     )
 
 
+def model_call_race(calls: Sequence[int], *, limit: int) -> Scenario:
+    """Model-call reservations racing; actor ``i`` reserves ``calls[i]`` Model calls in turn.
+
+    Every call of one actor after its first is the plain granted path, so a reservation that
+    read and wrote the counter outside the run's lock would lose an update here. Invariant: the
+    counter equals the granted calls and never passes the limit; a refusal ends the run as
+    ``BUDGET_EXHAUSTED`` on ``MODEL_CALLS`` with the limit really reached.
+    """
+    frozen = tuple(calls)
+    names = tuple(f"reserve_model_call x{n}" for n in frozen)
+
+    def build(
+        scheduler: Scheduler, lock: SchedLock
+    ) -> tuple[list[Callable[[], object]], Callable[[], str]]:
+        ctx = _run(scheduler, lock, frozenset(), model_calls=limit)
+        granted: list[int] = []
+        refused: list[RunTerminated] = []
+
+        def reserver(actor: int, n: int) -> Callable[[], None]:
+            def reserve_all() -> None:
+                for _ in range(n):
+                    try:
+                        ctx.reserve_model_call()
+                    except RunTerminated as error:
+                        refused.append(error)
+                        return
+                    granted.append(actor)
+
+            return reserve_all
+
+        actors: list[Callable[[], object]] = [reserver(i, n) for i, n in enumerate(frozen)]
+
+        def check() -> str:
+            usage = ctx.budget.snapshot()
+            if usage.model_calls != len(granted) or usage.model_calls > limit:
+                raise InvariantViolation(
+                    f"counted {usage.model_calls} Model calls, granted {len(granted)}, "
+                    f"limit {limit}"
+                )
+            if not refused:
+                return "all granted"
+            exhausted = usage.exhausted is BudgetDimension.MODEL_CALLS
+            if not exhausted or usage.model_calls != limit:
+                raise InvariantViolation(f"refused with {usage}")
+            return "exhausted"
+
+        return actors, check
+
+    return Scenario(
+        f"model calls[{' | '.join(map(str, frozen))}; limit {limit}]", *PER_TOOL, names, build
+    )
+
+
+def snapshot_race(plan: Sequence[str], *, snapshots: int = 2) -> Scenario:
+    """A reader taking budget snapshots while a reserver reserves ``plan``'s Tool calls.
+
+    Invariant: every snapshot is one decision -- its total equals the sum of its per-Tool counts,
+    and the counts it shows are a prefix of the reservations (never more than were granted).
+    """
+    frozen = tuple(plan)
+    names = (f"reserve[{','.join(frozen)}]", f"snapshot x{snapshots}")
+
+    def build(
+        scheduler: Scheduler, lock: SchedLock
+    ) -> tuple[list[Callable[[], object]], Callable[[], str]]:
+        ctx = _run(scheduler, lock, frozenset())
+        seen: list[BudgetUsage] = []
+
+        def reserve_all() -> None:
+            for tool in frozen:
+                ctx.reserve_tool_call(tool)
+
+        def read() -> None:
+            for _ in range(snapshots):
+                seen.append(ctx.budget.snapshot())
+
+        def check() -> str:
+            for usage in seen:
+                per_tool = dict(usage.per_tool_calls)
+                if usage.tool_calls != sum(per_tool.values()):
+                    raise InvariantViolation(f"a torn snapshot: {usage.tool_calls} != {per_tool}")
+                prefix = Counter(frozen[: usage.tool_calls])
+                if per_tool != dict(prefix):
+                    raise InvariantViolation(f"snapshot {per_tool} is not a prefix of {frozen}")
+            return "consistent"
+
+        return [reserve_all, read], check
+
+    return Scenario(f"snapshot[{','.join(frozen)}]", *PER_TOOL, names, build)
+
+
 def capacity_race(sizes: Sequence[Sequence[int]], *, limit: int) -> Scenario:
     """``RunCapacityCounter.try_reserve`` racing; actor ``i`` tries ``sizes[i]`` in turn.
 
@@ -1093,6 +1200,8 @@ def _plan(profile: str) -> list[_Check]:
         registration_race(1, 2),
         reservation_race([["a"], ["a"]], tool_calls=2, per_tool_calls=1),
         reservation_race([["a", "b"], ["b"]], tool_calls=2, per_tool_calls=2),
+        model_call_race([2, 1], limit=2),
+        snapshot_race(["a", "b"]),
         capacity_race([[3], [3]], limit=5),
         capacity_race([[2, 3], [3]], limit=5),
     ]
