@@ -66,6 +66,7 @@ class LocalRun:
         "_lock",
         "_model_calls",
         "_output_tokens",
+        "_overrides",
         "_per_tool",
         "_run_bytes",
         "_signal",
@@ -84,6 +85,7 @@ class LocalRun:
         lock: threading.Lock | None = None,
     ) -> None:
         self._limits = limits
+        self._overrides = dict(limits.per_tool_overrides)  # a dict's get() beats a proxy's
         self._deadline_ns = deadline_ns
         self._clock = clock
         self._lock = threading.Lock() if lock is None else lock
@@ -156,7 +158,7 @@ class LocalRun:
 
     def reserve_model_call(self, now_ns: int) -> None:
         with self._lock:
-            if self._live_locked(now_ns):
+            if self._termination is None and now_ns < self._deadline_ns:
                 used, limit = self._model_calls, self._limits.model_calls
                 if used < limit:
                     self._step_budget_locked(_RESERVE)
@@ -171,22 +173,25 @@ class LocalRun:
         self._refuse(Boundary.MODEL, pending)
 
     def reserve_tool_call(self, tool: str, now_ns: int) -> None:
+        limits = self._limits
         with self._lock:
-            if self._live_locked(now_ns):
+            if self._termination is None and now_ns < self._deadline_ns:
                 total, used = self._tool_calls, self._per_tool.get(tool, 0)
-                total_limit, limit = self._limits.tool_calls, self._limits.per_tool_limit(tool)
-                if total >= total_limit:
-                    dimension = BudgetDimension.TOOL_CALLS
-                    detail = f"{total_limit} reached: Tool call {total + 1} ({tool!r}) refused"
-                elif used >= limit:
-                    dimension = BudgetDimension.PER_TOOL_CALLS
-                    detail = f"{limit} for Tool {tool!r} reached: call {used + 1} refused"
-                else:
+                limit = self._overrides.get(tool, limits.per_tool_calls)
+                if total < limits.tool_calls and used < limit:
                     self._step_budget_locked(_RESERVE)
                     # Both counters move together, after both checks: total == sum per Tool.
                     self._tool_calls = total + 1
                     self._per_tool[tool] = used + 1
                     return
+                if total >= limits.tool_calls:
+                    dimension = BudgetDimension.TOOL_CALLS
+                    detail = (
+                        f"{limits.tool_calls} reached: Tool call {total + 1} ({tool!r}) refused"
+                    )
+                else:
+                    dimension = BudgetDimension.PER_TOOL_CALLS
+                    detail = f"{limit} for Tool {tool!r} reached: call {used + 1} refused"
                 pending = self._exhaust_locked(_RESERVE, dimension, detail, now_ns)
             else:
                 pending = self._time_out_locked(Boundary.TOOL, now_ns)
@@ -194,7 +199,7 @@ class LocalRun:
 
     def reserve_bytes(self, n: int, now_ns: int) -> None:
         with self._lock:
-            if self._live_locked(now_ns):
+            if self._termination is None and now_ns < self._deadline_ns:
                 used, limit = self._run_bytes, self._limits.run_bytes
                 if used + n <= limit:
                     self._step_budget_locked(_RESERVE)
@@ -259,9 +264,6 @@ class LocalRun:
             return self._signal.remove(key)
 
     # -- under the lock -------------------------------------------------------------------------
-
-    def _live_locked(self, now_ns: int) -> bool:
-        return self._termination is None and now_ns < self._deadline_ns
 
     def _step_budget_locked(self, event: BudgetEvent, within_limits: bool = True) -> bool:
         """Step the budget table; False when EXHAUSTED absorbed the event."""

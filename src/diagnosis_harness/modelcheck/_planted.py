@@ -87,7 +87,7 @@ def replaceable_terminal() -> AbstractContextManager[None]:
 def _reserve_tool_call_bumping(self: LocalRun, tool: str, now_ns: int) -> None:
     """The bug: the total moves first, and a per-Tool refusal does not put it back."""
     with self._lock:
-        if not self._live_locked(now_ns):
+        if self._termination is not None or now_ns >= self._deadline_ns:
             pending = self._time_out_locked(Boundary.TOOL, now_ns)
         elif self._tool_calls >= self._limits.tool_calls:
             pending = self._exhaust_locked(RESERVE, BudgetDimension.TOOL_CALLS, "reached", now_ns)
