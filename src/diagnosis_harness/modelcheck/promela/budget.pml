@@ -7,9 +7,9 @@
  *
  * The code it models (src/diagnosis_harness/_context.py, _budget.py):
  *   - RunContext.reserve_tool_call, under the run lock: if the run is live, call
- *     Budget._reserve_tool_call_locked; a refusal ends the run (Lifecycle EXHAUST_BUDGET row)
+ *     LocalRun.reserve_tool_call; a refusal ends the run (Lifecycle EXHAUST_BUDGET row)
  *     in the same locked section; a run already over rejects the call and reserves nothing.
- *   - Budget._reserve_tool_call_locked: refuse if the total Tool calls reached their limit, or
+ *   - LocalRun.reserve_tool_call: refuse if the total Tool calls reached their limit, or
  *     this Tool's calls reached the per-Tool limit (the budget takes its ACTIVE -> EXHAUSTED
  *     row); otherwise bump the total and this Tool's counter together.
  * The run lock is a d_step: one indivisible step that no other process, and no property,

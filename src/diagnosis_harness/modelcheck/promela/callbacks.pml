@@ -5,13 +5,13 @@
  * (a dollar sign and a name) and the per-callback conjunctions of the properties.
  *
  * The code it models (src/diagnosis_harness/_cancellation.py, _lifecycle.py):
- *   - Cancellation._signal_locked, under the run lock: if no reason is set, set it and TAKE
+ *   - CancelSignal.signal, under the run lock: if no reason is set, set it and TAKE
  *     every registered callback out of the registry. Only the winner of the terminal race
- *     signals (Lifecycle._end_locked), and cancel() goes through the same check.
- *   - Cancellation._deliver, outside the lock: run the taken callbacks in registration order.
+ *     signals (LocalRun._end_locked), and cancel() goes through the same check.
+ *   - CancelSignal.deliver, outside the lock: run the taken callbacks in registration order.
  *   - Cancellation.register, under the lock: add the callback while no reason is set; otherwise
  *     (a late registration) run it at once, inline, after releasing the lock.
- *   - Registration.unregister -> Cancellation._remove, under the lock: remove the callback only
+ *   - Registration.unregister -> LocalRun.unregister, under the lock: remove the callback only
  *     if it is still in the registry (not taken yet); True only then.
  * The run lock is a d_step: one indivisible step that no other process, and no property,
  * can observe half done.
@@ -53,7 +53,7 @@ proctype Signaller(byte r) {
     :: else -> skip
     fi;
 #else
-    d_step {   /* _signal_locked, under the run lock */
+    d_step {   /* CancelSignal.signal, under the run lock */
         if
         :: reason == 0 -> reason = r; pending = registry; registry = 0
         :: else -> skip
