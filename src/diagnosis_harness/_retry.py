@@ -74,7 +74,7 @@ def _step(state: RetryState, event: RetryEvent, guard: bool | None = None) -> Re
 _INITIAL = RETRY.initial
 _ATTEMPTING = RetryState.ATTEMPTING
 _AWAITING = _step(_ATTEMPTING, RetryEvent.FAIL, True)  # retry_allowed
-_RETRY = Boundary.RETRY  # an enum member read from its class costs ~100 ns on Python 3.11
+_RETRY = Boundary.RETRY
 _CO_COROUTINE = inspect.CO_COROUTINE
 _NS_PER_SECOND = 1_000_000_000
 
@@ -144,13 +144,11 @@ class ExecutionRecord:
         return f"harness retry [{self.policy}]: {attempts}; stop: {self.stop.name}"
 
 
-# Executions are kept raw on the hot path and turned into ExecutionRecords when read: a frozen
-# dataclass costs ~1 us to build. A raw execution is one flat tuple of str, int and None, enum
-# members by name: (policy, stop, state, termination), then (number, outcome, failure, started_ns,
-# ended_ns) for each attempt. The cyclic GC stops tracking such a tuple at its first collection, so
-# a long history costs it nothing; with enum members or nested containers in them, every record
-# stayed tracked and the full collections walking them cost more than the rest of an execution.
-# A termination keeps its record tracked, which is fine: a run ends once.
+# Executions are kept raw and turned into ExecutionRecords when read (docs/performance.md says
+# why). A raw execution is one flat tuple of str, int and None, enum members by name: (policy,
+# stop, state, termination), then (number, outcome, failure, started_ns, ended_ns) for each
+# attempt. The cyclic GC stops tracking such a tuple at its first collection, so a long history
+# costs it nothing. A termination keeps its record tracked, which is fine: a run ends once.
 _Field = int | str | None
 _RawExecution = tuple["_Field | RunTermination", ...]
 
@@ -214,8 +212,8 @@ class Backoff:
 def _is_coroutine_function(fn: Callable[..., object]) -> bool:
     """``inspect.iscoroutinefunction(fn)``, answered without it for a plain ``def`` or lambda.
 
-    inspect's check costs ~300 ns; for a function (not a method or partial) it reads only the code's
-    flags and, on 3.12+, a marker attribute, which lives in the function's ``__dict__``.
+    For a function (not a method or partial) inspect reads only the code's flags and, on 3.12+,
+    a marker attribute, which lives in the function's ``__dict__``: an empty one has none.
     """
     if isinstance(fn, FunctionType) and not fn.__dict__:  # FunctionType has no subclasses
         return bool(fn.__code__.co_flags & _CO_COROUTINE)
@@ -279,8 +277,8 @@ class HarnessRetryExecutor:
         self._classifier = classifier
         self._backoff = backoff
         # Raw executions (see _RawExecution) go to a deque, whose appends and pops are thread-safe
-        # without a lock (taking one cost ~200 ns an execution); _lock protects _executions and
-        # lets one reader at a time move the raw executions there, in the order they ended.
+        # without a lock; _lock protects _executions and lets one reader at a time move the raw
+        # executions there, in the order they ended.
         self._lock = threading.Lock()
         self._raw: deque[_RawExecution] = deque()
         self._executions: list[ExecutionRecord] = []
