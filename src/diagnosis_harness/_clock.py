@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Protocol, final, runtime_checkable
 
+from ._checkpoint import checkpoint
 from ._validate import non_negative_int
 from ._validate import seconds as _seconds
 
@@ -51,16 +52,21 @@ class SystemClock:
 
 @final
 class ManualClock:
-    """A clock that moves only when told to, and never backwards. Thread-safe."""
+    """A clock that moves only when told to, and never backwards. Thread-safe.
+
+    Concurrent advances all count: each is a read and a write of the time under the clock's lock.
+    """
 
     __slots__ = ("_lock", "_now_ns")
 
-    def __init__(self, start_ns: int = 0) -> None:
+    def __init__(self, start_ns: int = 0, *, _lock: threading.Lock | None = None) -> None:
         self._now_ns = non_negative_int("start_ns", start_ns)
-        self._lock = threading.Lock()  # protects _now_ns against racing advances
+        # Protects _now_ns against racing advances; `_lock` lets the model checks' scheduler
+        # supply a lock it controls.
+        self._lock = threading.Lock() if _lock is None else _lock
 
     def monotonic_ns(self) -> int:
-        return self._now_ns
+        return self._now_ns  # one attribute read: never a half-written value, no lock needed
 
     def advance(self, seconds: float) -> None:
         """Move forward by ``seconds`` (finite, >= 0), rounded to the nanosecond."""
@@ -70,7 +76,10 @@ class ManualClock:
         """Move forward by ``ns`` nanoseconds (an int >= 0; a clock never goes back)."""
         non_negative_int("ns", ns)
         with self._lock:
-            self._now_ns += ns
+            now = self._now_ns
+            # A read-modify-write: without the lock, another advance here would be lost.
+            checkpoint("clock.advance")
+            self._now_ns = now + ns
 
     def __repr__(self) -> str:
         return f"ManualClock(now_ns={self._now_ns})"
