@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from typing import Any
 
 import pytest
@@ -209,3 +210,55 @@ def test_a_huge_finite_delay_does_not_overflow(call: Any, name: str) -> None:
     except ValueError as error:  # refusing it is fine; accepting it (a far deadline) too
         refusal = error
     assert refusal is None or name in str(refusal)
+
+
+# -- seconds to nanoseconds: the nearest, ties to even -------------------------------------------
+
+
+def _nearest_ns(seconds: float) -> int:
+    """The oracle: the float's exact decimal value times 1e9, rounded half to even."""
+    with localcontext() as context:
+        context.prec = 1_000  # a float has at most ~770 significant digits: the product is exact
+        exact = Decimal(seconds) * NS  # Decimal(float) is the float's exact value
+        return int(exact.to_integral_value(rounding=ROUND_HALF_EVEN))
+
+
+def _halfway(n: int) -> float:
+    """An exact float exactly halfway between two nanoseconds: ``(2n + 1) * 1_953_125 / 2`` ns."""
+    return (2 * n + 1) * 2**-10
+
+
+# (seconds, ns) where truncation (`int`), half-up and half-down rounding would each be wrong once.
+ROUNDING = [
+    pytest.param(0.3, 300_000_000, id="0.3-truncates-to-299_999_999"),
+    pytest.param(0.7, 700_000_000, id="0.7-truncates-to-699_999_999"),
+    pytest.param(1e-9 * 0.6, 1, id="0.6ns-truncates-to-0"),
+    pytest.param(2.5e-9, 3, id="2.5e-9-is-above-2.5ns"),
+    pytest.param(1.5e-9, 1, id="1.5e-9-is-below-1.5ns"),
+    pytest.param(2**-10, 976_562, id="976_562.5ns-tie-down-to-even"),
+    pytest.param(3 * 2**-10, 2_929_688, id="2_929_687.5ns-tie-up-to-even"),
+    pytest.param(0.1, 100_000_000, id="0.1"),
+]
+
+
+@pytest.mark.parametrize(("seconds", "ns"), ROUNDING)
+def test_advance_rounds_to_the_nearest_nanosecond_ties_to_even(seconds: float, ns: int) -> None:
+    clock = ManualClock(5)
+    clock.advance(seconds)
+    assert clock.monotonic_ns() == 5 + ns == 5 + _nearest_ns(seconds)
+
+
+@pytest.mark.parametrize(("seconds", "ns"), ROUNDING)
+def test_deadline_after_rounds_to_the_nearest_nanosecond_ties_to_even(
+    seconds: float, ns: int
+) -> None:
+    assert Deadline.after(ManualClock(5), seconds).instant_ns == 5 + ns == 5 + _nearest_ns(seconds)
+
+
+@given(seconds=st.one_of(st.floats(0, 1), st.floats(0, 1e30), st.integers(0, 10**6).map(_halfway)))
+def test_every_finite_delay_is_its_nearest_nanosecond(seconds: float) -> None:
+    expected = _nearest_ns(seconds)
+    clock = ManualClock()
+    clock.advance(seconds)
+    assert clock.monotonic_ns() == expected
+    assert Deadline.after(ManualClock(), seconds).instant_ns == expected

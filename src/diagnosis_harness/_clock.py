@@ -4,6 +4,10 @@ Every deadline decision reads :meth:`Clock.monotonic_ns` and compares integers (
 expired), so a test can stand one nanosecond before a deadline and one on it. Wall-clock time is
 never used: it jumps. freezegun and time-machine cannot move ``time.monotonic`` the way a deadline
 test needs, hence :class:`ManualClock`.
+
+Seconds become nanoseconds by rounding the float's exact binary value to the nearest nanosecond,
+ties to even (``round``'s rule): ``0.3`` is 300_000_000 ns although ``0.3 * 1e9`` truncated would
+be 299_999_999, and ``2**-10`` s (exactly 976_562.5 ns) is 976_562 ns.
 """
 
 from __future__ import annotations
@@ -24,10 +28,14 @@ _NS_PER_SECOND = 1_000_000_000
 
 
 def _to_ns(seconds: float) -> int:
-    """Exact for every finite float: ``round(1e300 * 1e9)`` would be ``round(inf)``."""
+    """The nearest nanosecond to ``seconds``' exact value, ties to even.
+
+    Exact for every finite float: ``round(1e300 * 1e9)`` would be ``round(inf)``, and
+    ``int(x * 1e9)`` truncates (``0.3`` s would be 299_999_999 ns).
+    """
     if isinstance(seconds, int):  # the common `timeout=60`: exact without a Fraction (~1 µs)
         return seconds * _NS_PER_SECOND
-    return round(Fraction(seconds) * _NS_PER_SECOND)
+    return round(Fraction(seconds) * _NS_PER_SECOND)  # Fraction.__round__: half to even
 
 
 @runtime_checkable
@@ -69,7 +77,10 @@ class ManualClock:
         return self._now_ns  # one attribute read: never a half-written value, no lock needed
 
     def advance(self, seconds: float) -> None:
-        """Move forward by ``seconds`` (finite, >= 0), rounded to the nanosecond."""
+        """Move forward by ``seconds`` (finite, >= 0), rounded to the nearest nanosecond.
+
+        Rounding is of the float's exact value, ties to even (see the module's docstring).
+        """
         self.advance_ns(_to_ns(_seconds("seconds", seconds)))
 
     def advance_ns(self, ns: int) -> None:
@@ -98,7 +109,7 @@ class Deadline:
 
     @classmethod
     def after(cls, clock: Clock, seconds: float) -> Deadline:
-        """The instant ``seconds`` (finite, >= 0) after ``clock``'s now."""
+        """The instant ``seconds`` (finite, >= 0) after ``clock``'s now, to the nearest ns."""
         if not callable(getattr(clock, "monotonic_ns", None)):
             raise TypeError(f"clock must have monotonic_ns() -> int, got {clock!r}")
         return cls(clock.monotonic_ns() + _to_ns(_seconds("seconds", seconds)))
