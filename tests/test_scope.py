@@ -10,7 +10,7 @@ import contextlib
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -18,6 +18,7 @@ from diagnosis_harness import (
     Boundary,
     BudgetExhausted,
     CancellationReason,
+    Deadline,
     ManualClock,
     RunCancelled,
     RunFinished,
@@ -399,4 +400,80 @@ def test_a_timer_that_found_the_clock_not_moved_observes_it_once_moved() -> None
             await asyncio.wait_for(task, BOUND)  # a timer that did not re-arm: TimeoutError
 
     _run(scenario)
+    assert state(ctx) is RunState.TIMED_OUT
+
+
+# -- a deadline too far for any timer ------------------------------------------------------------
+
+FAR = [
+    pytest.param({"timeout": sys.float_info.max}, id="timeout=float-max"),
+    pytest.param({"timeout": 1e300}, id="timeout=1e300"),
+    pytest.param({"timeout": 10**400}, id="timeout=10**400"),
+    pytest.param({"deadline": Deadline.at_ns(10**400)}, id="at_ns(10**400)"),
+]
+
+
+@pytest.mark.parametrize("far", FAR)
+def test_a_scope_with_a_far_deadline_works_like_any_other(far: dict[str, Any]) -> None:
+    """The scope's timer waits at most ``Deadline.MAX_WAIT_SECONDS``: nothing overflows."""
+    ctx = new_run(clock=SystemClock(), **far)
+
+    async def scenario() -> None:
+        async with ctx.scope():
+            await asyncio.sleep(0)
+        assert state(ctx) is RunState.RUNNING
+        threads: list[threading.Thread] = []
+
+        async def cancelled_inside() -> None:
+            async with ctx.scope():
+                threads.append(_cancel_from_another_thread(ctx, CancellationReason.SHUTDOWN))
+                await _forever()
+
+        with pytest.raises(RunCancelled):
+            await cancelled_inside()
+        threads[0].join(BOUND)
+
+    _run(scenario)
+    assert state(ctx) is RunState.CANCELLED
+
+
+class _FastForwardLoop(asyncio.SelectorEventLoop):
+    """An event loop whose clock a test can move ahead: a timer due in a day becomes due now."""
+
+    ahead = 0.0
+
+    def time(self) -> float:
+        return super().time() + self.ahead
+
+
+def test_a_deadline_past_the_capped_wait_is_still_observed_without_a_boundary() -> None:
+    """The scope's timer waits a day at most, re-reads the clock, re-arms; at the deadline the
+    block is cancelled. The loop's clock jumps a day at a time instead of anyone waiting."""
+    clock = _ReportingClock()
+    ctx = new_run(clock=clock, deadline=Deadline.at_ns(10**400))
+    loop = _FastForwardLoop()
+
+    async def scenario() -> None:
+        entered = asyncio.Event()
+
+        async def work() -> None:
+            async with ctx.scope():
+                entered.set()
+                await _forever()
+
+        task = asyncio.create_task(work())
+        await _started(task, entered)
+        read = clock.next_read()
+        loop.ahead += Deadline.MAX_WAIT_SECONDS  # the capped timer is due
+        await asyncio.wait_for(read.wait(), BOUND)  # it fired: the deadline is far away yet
+        assert not task.done()
+        clock.manual.advance_ns(10**400)  # the run's clock reaches the deadline
+        loop.ahead += Deadline.MAX_WAIT_SECONDS  # the re-armed timer is due
+        with pytest.raises(RunTimedOut):
+            await asyncio.wait_for(task, BOUND)
+
+    try:
+        loop.run_until_complete(scenario())
+    finally:
+        loop.close()
     assert state(ctx) is RunState.TIMED_OUT

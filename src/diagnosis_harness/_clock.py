@@ -7,7 +7,13 @@ test needs, hence :class:`ManualClock`.
 
 Seconds become nanoseconds by rounding the float's exact binary value to the nearest nanosecond,
 ties to even (``round``'s rule): ``0.3`` is 300_000_000 ns although ``0.3 * 1e9`` truncated would
-be 299_999_999, and ``2**-10`` s (exactly 976_562.5 ns) is 976_562 ns.
+be 299_999_999, and ``2**-10`` s (exactly 976_562.5 ns) is 976_562 ns. A duration of any size
+converts without overflow (a deadline is an unbounded ``int``), an ``int`` of seconds exactly.
+
+A deadline may lie beyond what any timer can wait for (``timeout=1e300``,
+``Deadline.at_ns(10**400)``). Whoever waits for one asks :meth:`Deadline.remaining_seconds`, which
+never exceeds :attr:`Deadline.MAX_WAIT_SECONDS`, and waits again when a capped wait ends early:
+every accepted deadline works everywhere, and none overflows a platform timer.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import threading
 import time
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Protocol, final, runtime_checkable
+from typing import ClassVar, Protocol, final, runtime_checkable
 
 from ._checkpoint import checkpoint
 from ._validate import non_negative_int
@@ -99,7 +105,18 @@ class ManualClock:
 @final
 @dataclass(frozen=True, slots=True)
 class Deadline:
-    """An instant on a :class:`Clock`'s timeline; expired when ``now >= instant_ns``."""
+    """An instant on a :class:`Clock`'s timeline; expired when ``now >= instant_ns``.
+
+    Any ``int`` is an instant, however far; waits for it are capped (:meth:`remaining_seconds`).
+    """
+
+    MAX_WAIT_SECONDS: ClassVar[float] = 86_400.0
+    """The longest single wait :meth:`remaining_seconds` asks for: a day.
+
+    Under every platform's limit (``threading.TIMEOUT_MAX``, about 49 days on Windows) and the
+    longest wait asyncio hands to its selector; a waiter re-reads the clock after it, so a
+    deadline further away is still honoured.
+    """
 
     instant_ns: int
 
@@ -125,5 +142,22 @@ class Deadline:
         return clock.monotonic_ns() >= self.instant_ns
 
     def remaining_ns(self, clock: Clock) -> int:
-        """Nanoseconds left before expiry; 0 once expired."""
+        """Nanoseconds left before expiry; 0 once expired. Exact, and unbounded like the instant."""
         return max(0, self.instant_ns - clock.monotonic_ns())
+
+    def remaining_seconds(self, clock: Clock) -> float:
+        """Seconds to wait for expiry: 0.0 once expired, never more than :attr:`MAX_WAIT_SECONDS`.
+
+        Every wait for a deadline takes its timeout from here: a far deadline (even one past the
+        float range) never overflows a timer. A wait that ends on the cap is not the deadline:
+        re-read the clock and wait again.
+        """
+        left_ns = self.instant_ns - clock.monotonic_ns()
+        if left_ns <= 0:
+            return 0.0
+        cap = self.MAX_WAIT_SECONDS
+        # An int compared with a float is exact in Python, and never converts the int: no
+        # overflow. Below the cap, int / int is in float range and correctly rounded.
+        if left_ns >= cap * _NS_PER_SECOND:
+            return cap
+        return left_ns / _NS_PER_SECOND

@@ -243,16 +243,33 @@ def _attach(error: BaseException, record: ExecutionRecord) -> None:
 
 
 def _pause(ctx: RunContext, seconds: float) -> None:
-    """Wait ``seconds``, never past the run's deadline, ending at once on cancellation."""
-    remaining = ctx.deadline.remaining_ns(ctx.clock) / _NS_PER_SECOND
-    ctx.cancellation.wait(min(seconds, remaining))
+    """Wait ``seconds``, never past the run's deadline, ending at once on cancellation.
+
+    No single wait exceeds ``Deadline.MAX_WAIT_SECONDS``; one that ended on that cap (a far
+    deadline, a huge delay) was neither, and waits again for the rest of the delay.
+    """
+    cap = ctx.deadline.MAX_WAIT_SECONDS
+    left = seconds
+    while left > 0:
+        step = min(left, ctx.deadline.remaining_seconds(ctx.clock))  # <= cap
+        if ctx.cancellation.wait(step) or step < cap:
+            return  # cancelled, the delay passed, or the deadline came: the next gate decides
+        left -= step
 
 
 async def _pause_async(ctx: RunContext, seconds: float) -> None:
-    remaining = ctx.deadline.remaining_ns(ctx.clock) / _NS_PER_SECOND
-    # The wait ends either way: cancellation (the next gate raises) or the delay passed.
-    with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-        await asyncio.wait_for(ctx.cancellation.wait_async(), min(seconds, remaining))
+    """:func:`_pause` for asyncio: the same waits, without blocking the loop."""
+    cap = ctx.deadline.MAX_WAIT_SECONDS
+    left = seconds
+    while left > 0:
+        step = min(left, ctx.deadline.remaining_seconds(ctx.clock))  # <= cap
+        # asyncio.TimeoutError is not TimeoutError before Python 3.11.
+        with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+            await asyncio.wait_for(ctx.cancellation.wait_async(), step)
+            return  # cancelled: the next gate raises
+        if step < cap:
+            return  # the delay passed or the deadline came: the next gate decides
+        left -= step
 
 
 @final
