@@ -232,7 +232,7 @@ def _halfway(n: int) -> float:
     return (2 * n + 1) * 2**-10
 
 
-# (seconds, ns) where truncation (`int`), half-up and half-down rounding would each be wrong once.
+# (seconds, ns) where truncating the exact value, half-up or half-down would each be wrong once.
 ROUNDING = [
     pytest.param(0.3, 300_000_000, id="0.3-truncates-to-299_999_999"),
     pytest.param(0.7, 700_000_000, id="0.7-truncates-to-699_999_999"),

@@ -6,9 +6,10 @@ never used: it jumps. freezegun and time-machine cannot move ``time.monotonic`` 
 test needs, hence :class:`ManualClock`.
 
 Seconds become nanoseconds by rounding the float's exact binary value to the nearest nanosecond,
-ties to even (``round``'s rule): ``0.3`` is 300_000_000 ns although ``0.3 * 1e9`` truncated would
-be 299_999_999, and ``2**-10`` s (exactly 976_562.5 ns) is 976_562 ns. A duration of any size
-converts without overflow (a deadline is an unbounded ``int``), an ``int`` of seconds exactly.
+ties to even (``round``'s rule): ``0.3``, exactly 0.29999999999999998889... s, is 300_000_000 ns
+where truncation would give 299_999_999, and ``2**-10`` s (exactly 976_562.5 ns) is 976_562 ns.
+A duration of any size converts without overflow (a deadline is an unbounded ``int``), an ``int``
+of seconds exactly.
 
 A deadline may lie beyond what any timer can wait for (``timeout=1e300``,
 ``Deadline.at_ns(10**400)``). Whoever waits for one asks :meth:`Deadline.remaining_seconds`, which
@@ -36,8 +37,8 @@ _NS_PER_SECOND = 1_000_000_000
 def _to_ns(seconds: float) -> int:
     """The nearest nanosecond to ``seconds``' exact value, ties to even.
 
-    Exact for every finite float: ``round(1e300 * 1e9)`` would be ``round(inf)``, and
-    ``int(x * 1e9)`` truncates (``0.3`` s would be 299_999_999 ns).
+    Exact for every finite float: ``round(1e300 * 1e9)`` would be ``round(inf)``. Truncating
+    loses a nanosecond: ``int(6e-10 * 1e9)`` is 0, ``int(Fraction(0.3) * 10**9)`` 299_999_999.
     """
     if isinstance(seconds, int):  # the common `timeout=60`: exact without a Fraction (~1 µs)
         return seconds * _NS_PER_SECOND
