@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
-from typing import Any
+from decimal import ROUND_HALF_EVEN, Decimal, localcontext
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import given
@@ -22,6 +24,9 @@ from diagnosis_harness import (
     SystemClock,
 )
 from strategies import limits, new_run, state
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 NS = 1_000_000_000
 
@@ -209,3 +214,126 @@ def test_a_huge_finite_delay_does_not_overflow(call: Any, name: str) -> None:
     except ValueError as error:  # refusing it is fine; accepting it (a far deadline) too
         refusal = error
     assert refusal is None or name in str(refusal)
+
+
+# -- seconds to nanoseconds: the nearest, ties to even -------------------------------------------
+
+
+def _nearest_ns(seconds: float) -> int:
+    """The oracle: the float's exact decimal value times 1e9, rounded half to even."""
+    with localcontext() as context:
+        context.prec = 1_000  # a float has at most ~770 significant digits: the product is exact
+        exact = Decimal(seconds) * NS  # Decimal(float) is the float's exact value
+        return int(exact.to_integral_value(rounding=ROUND_HALF_EVEN))
+
+
+def _halfway(n: int) -> float:
+    """An exact float exactly halfway between two nanoseconds: ``(2n + 1) * 1_953_125 / 2`` ns."""
+    return (2 * n + 1) * 2**-10
+
+
+# (seconds, ns) where truncating the exact value, half-up or half-down would each be wrong once.
+ROUNDING = [
+    pytest.param(0.3, 300_000_000, id="0.3-truncates-to-299_999_999"),
+    pytest.param(0.7, 700_000_000, id="0.7-truncates-to-699_999_999"),
+    pytest.param(1e-9 * 0.6, 1, id="0.6ns-truncates-to-0"),
+    pytest.param(2.5e-9, 3, id="2.5e-9-is-above-2.5ns"),
+    pytest.param(1.5e-9, 1, id="1.5e-9-is-below-1.5ns"),
+    pytest.param(2**-10, 976_562, id="976_562.5ns-tie-down-to-even"),
+    pytest.param(3 * 2**-10, 2_929_688, id="2_929_687.5ns-tie-up-to-even"),
+    pytest.param(0.1, 100_000_000, id="0.1"),
+]
+
+
+@pytest.mark.parametrize(("seconds", "ns"), ROUNDING)
+def test_advance_rounds_to_the_nearest_nanosecond_ties_to_even(seconds: float, ns: int) -> None:
+    clock = ManualClock(5)
+    clock.advance(seconds)
+    assert clock.monotonic_ns() == 5 + ns == 5 + _nearest_ns(seconds)
+
+
+@pytest.mark.parametrize(("seconds", "ns"), ROUNDING)
+def test_deadline_after_rounds_to_the_nearest_nanosecond_ties_to_even(
+    seconds: float, ns: int
+) -> None:
+    assert Deadline.after(ManualClock(5), seconds).instant_ns == 5 + ns == 5 + _nearest_ns(seconds)
+
+
+@given(seconds=st.one_of(st.floats(0, 1), st.floats(0, 1e30), st.integers(0, 10**6).map(_halfway)))
+def test_every_finite_delay_is_its_nearest_nanosecond(seconds: float) -> None:
+    expected = _nearest_ns(seconds)
+    clock = ManualClock()
+    clock.advance(seconds)
+    assert clock.monotonic_ns() == expected
+    assert Deadline.after(ManualClock(), seconds).instant_ns == expected
+
+
+@pytest.mark.parametrize("seconds", [10**400, 10**30 + 1])
+def test_an_int_delay_is_exact_however_large(seconds: int) -> None:
+    """An int is not converted to a float: ``float(10**400)`` would overflow, 10**30 + 1 round."""
+    clock = ManualClock(7)
+    assert Deadline.after(clock, seconds).instant_ns == 7 + seconds * NS
+    clock.advance(seconds)
+    assert clock.monotonic_ns() == 7 + seconds * NS
+    ctx = new_run(clock=ManualClock(7), timeout=seconds)
+    assert ctx.deadline.instant_ns == 7 + seconds * NS
+    ctx.check(Boundary.MODEL)
+
+
+# -- remaining time for a wait: capped, so that no timer overflows --------------------------------
+
+DAY = 86_400.0  # Deadline.MAX_WAIT_SECONDS, as documented
+MAX_WAIT_NS = 86_400 * NS
+
+
+def test_the_longest_single_wait_is_a_day_and_within_every_platform_timer() -> None:
+    assert Deadline.MAX_WAIT_SECONDS == DAY
+    assert Deadline.MAX_WAIT_SECONDS <= threading.TIMEOUT_MAX
+
+
+@pytest.mark.parametrize(
+    ("at", "seconds"),
+    [
+        (1_000 + 1_500_000_000, 1.5),
+        (1_000 + 1, 1e-9),
+        (1_000 + MAX_WAIT_NS - 1, (MAX_WAIT_NS - 1) / NS),
+        (1_000 + MAX_WAIT_NS, DAY),
+        (1_000 + MAX_WAIT_NS + 1, DAY),
+        (10**400, DAY),  # past the float range as seconds or as ns
+        (1_000, 0.0),
+        (999, 0.0),
+        (-(10**400), 0.0),
+    ],
+)
+def test_remaining_seconds_is_the_time_left_capped_at_a_day(at: int, seconds: float) -> None:
+    clock = ManualClock(1_000)
+    remaining = Deadline.at_ns(at).remaining_seconds(clock)
+    assert type(remaining) is float
+    assert remaining == seconds
+
+
+@given(at=st.integers(min_value=-(10**400), max_value=10**400), now=st.integers(0, 2**70))
+def test_remaining_seconds_never_overflows_and_agrees_with_remaining_ns(at: int, now: int) -> None:
+    deadline, clock = Deadline.at_ns(at), ManualClock(now)
+    remaining = deadline.remaining_seconds(clock)
+    assert 0.0 <= remaining <= DAY
+    assert remaining == min(deadline.remaining_ns(clock), MAX_WAIT_NS) / NS
+    assert (remaining == 0.0) is deadline.expired(clock)
+
+
+@pytest.mark.parametrize(
+    "create",
+    [
+        pytest.param(lambda: new_run(timeout=sys.float_info.max), id="timeout=float-max"),
+        pytest.param(lambda: new_run(timeout=1e300), id="timeout=1e300"),
+        pytest.param(lambda: new_run(timeout=10**400), id="timeout=10**400"),
+        pytest.param(lambda: new_run(deadline=Deadline.at_ns(10**400)), id="at_ns(10**400)"),
+    ],
+)
+def test_a_far_deadline_is_accepted_and_waits_for_it_are_capped(
+    create: Callable[[], RunContext],
+) -> None:
+    ctx = create()
+    ctx.check(Boundary.MODEL)
+    assert ctx.deadline.remaining_seconds(ctx.clock) == DAY
+    assert ctx.cancellation.wait(0) is False  # a live run: the zero-length wait times out

@@ -2,7 +2,7 @@
 
 Every test drives the executor with scripted operations on a ManualClock; the operation advances
 the clock itself, so the records' timestamps are the clock's and nothing waits in real time. The
-backoff tests replace the executor's wait (``_pause``) with a recorder, or bound a real wait with
+backoff tests replace the executor's wait (``pause``) with a recorder, or bound a real wait with
 a thread join, so that a bug fails the test instead of hanging it.
 """
 
@@ -13,6 +13,7 @@ import functools
 import inspect
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from diagnosis_harness import (
     Boundary,
     BudgetExhausted,
     CancellationReason,
+    Deadline,
     ExecutionRecord,
     FailureKind,
     HarnessFailure,
@@ -648,7 +650,7 @@ class PauseRecorder:
 @pytest.fixture
 def pauses(monkeypatch: pytest.MonkeyPatch) -> PauseRecorder:
     recorder = PauseRecorder()
-    monkeypatch.setattr(retry_module, "_pause", recorder)
+    monkeypatch.setattr(retry_module, "pause", recorder)
     return recorder
 
 
@@ -728,13 +730,13 @@ def test_a_backoff_ends_early_when_the_run_is_cancelled_from_another_thread(
 ) -> None:
     ctx, clock = _run(timeout=600)
     waiting = threading.Event()
-    real_pause = retry_module._pause
+    real_pause = retry_module.pause
 
     def pause(ctx: RunContext, seconds: float) -> None:
         waiting.set()
         real_pause(ctx, seconds)
 
-    monkeypatch.setattr(retry_module, "_pause", pause)
+    monkeypatch.setattr(retry_module, "pause", pause)
     operation = Scripted([HarnessFailure(FailureKind.TRANSPORT), "unreached"], clock)
     executor = HarnessRetryExecutor(ctx, backoff=Backoff(initial=60, maximum=60))
 
@@ -752,6 +754,78 @@ def test_a_backoff_ends_early_when_the_run_is_cancelled_from_another_thread(
     assert _only(executor).stop is StopReason.RUN_TERMINATED
 
 
+FAR = [
+    pytest.param({"timeout": sys.float_info.max}, id="timeout=float-max"),
+    pytest.param({"timeout": 1e300}, id="timeout=1e300"),
+    pytest.param({"timeout": 10**400}, id="timeout=10**400"),
+    pytest.param({"deadline": Deadline.at_ns(10**400)}, id="at_ns(10**400)"),
+]
+
+
+@pytest.mark.parametrize("far", FAR)
+def test_a_backoff_under_a_far_deadline_waits_its_delay(far: dict[str, Any]) -> None:
+    """The wait lasts the delay or the capped time left: no overflow, whatever the deadline."""
+    ctx, clock = _run(**far)
+    operation = Scripted([HarnessFailure(FailureKind.TRANSPORT), "ok"], clock)
+    executor = HarnessRetryExecutor(ctx, backoff=Backoff(initial=0.001, maximum=0.001))
+
+    worker, outcome = _run_in_thread(lambda: executor.execute(ROUTER, operation))
+    worker.join(BOUND)
+
+    assert not worker.is_alive(), "a 1 ms backoff did not end"
+    assert outcome == ["ok"]
+    assert len(operation.calls) == 2
+
+
+def test_a_huge_backoff_under_a_far_deadline_waits_until_the_run_is_cancelled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ctx, clock = _run(deadline=Deadline.at_ns(10**400))
+    waiting = threading.Event()
+    real_pause = retry_module.pause
+
+    def pause(ctx: RunContext, seconds: float) -> None:
+        waiting.set()
+        real_pause(ctx, seconds)
+
+    monkeypatch.setattr(retry_module, "pause", pause)
+    operation = Scripted([HarnessFailure(FailureKind.TRANSPORT), "unreached"], clock)
+    executor = HarnessRetryExecutor(ctx, backoff=Backoff(initial=1e300, maximum=1e300))
+
+    worker, outcome = _run_in_thread(lambda: executor.execute(ROUTER, operation))
+    try:
+        assert waiting.wait(BOUND)
+        ctx.cancellation.cancel(CancellationReason.SHUTDOWN)  # wakes the wait, wherever it is
+        worker.join(BOUND)
+        assert not worker.is_alive(), "cancellation did not end the backoff"
+    finally:
+        ctx.cancellation.cancel(CancellationReason.SHUTDOWN)  # never leave the worker waiting
+    (error,) = outcome
+    assert isinstance(error, RunCancelled), error
+    assert len(operation.calls) == 1
+
+
+def test_a_backoff_longer_than_one_capped_wait_waits_again_for_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A wait that ended on ``Deadline.MAX_WAIT_SECONDS`` was neither the delay nor the deadline.
+
+    The cap is lowered to 10 ms so that a 50 ms backoff spans five capped waits.
+    """
+    monkeypatch.setattr(Deadline, "MAX_WAIT_SECONDS", 0.01)
+    ctx, clock = _run(deadline=Deadline.at_ns(10**400))
+    operation = Scripted([HarnessFailure(FailureKind.TRANSPORT), "ok"], clock)
+    executor = HarnessRetryExecutor(ctx, backoff=Backoff(initial=0.05, maximum=0.05))
+
+    started = time.monotonic()
+    worker, outcome = _run_in_thread(lambda: executor.execute(ROUTER, operation))
+    worker.join(BOUND)
+    waited = time.monotonic() - started
+
+    assert outcome == ["ok"]
+    assert waited >= 0.05, f"the backoff ended after one capped wait ({waited:.3f} s)"
+
+
 def test_an_interrupt_during_the_backoff_keeps_the_executions_record(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -762,7 +836,7 @@ def test_an_interrupt_during_the_backoff_keeps_the_executions_record(
     def interrupted(ctx: RunContext, seconds: float) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(retry_module, "_pause", interrupted)
+    monkeypatch.setattr(retry_module, "pause", interrupted)
     operation = Scripted([HarnessFailure(FailureKind.TRANSPORT), "unreached"], clock)
     executor = HarnessRetryExecutor(ctx, backoff=Backoff(initial=1))
     with pytest.raises(KeyboardInterrupt):

@@ -20,6 +20,7 @@ from diagnosis_harness import (
     Backoff,
     BudgetExhausted,
     CancellationReason,
+    Deadline,
     ExecutionRecord,
     FailureKind,
     HarnessFailure,
@@ -350,14 +351,14 @@ def test_cancelling_the_task_during_the_backoff_keeps_the_executions_record() ->
         with pytest.raises(asyncio.CancelledError):
             await task
 
-    real_pause = retry_module._pause_async
+    real_pause = retry_module.pause_async
 
     async def pause(ctx: RunContext, seconds: float) -> None:
         entered.set()
         await real_pause(ctx, seconds)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(retry_module, "_pause_async", pause)
+        patch.setattr(retry_module, "pause_async", pause)
         asyncio.run(asyncio.wait_for(main(), BOUND))
 
     assert len(operation.calls) == 1
@@ -378,7 +379,7 @@ class AsyncPauseRecorder:
 @pytest.fixture
 def pauses(monkeypatch: pytest.MonkeyPatch) -> AsyncPauseRecorder:
     recorder = AsyncPauseRecorder()
-    monkeypatch.setattr(retry_module, "_pause_async", recorder)
+    monkeypatch.setattr(retry_module, "pause_async", recorder)
     return recorder
 
 
@@ -431,6 +432,74 @@ def test_async_backoff_never_sleeps_past_the_deadline() -> None:
     assert calls == [1]
     assert ctx.lifecycle.state is RunState.TIMED_OUT
     assert _only(executor).stop is StopReason.RUN_TERMINATED
+
+
+FAR = [
+    pytest.param({"timeout": sys.float_info.max}, id="timeout=float-max"),
+    pytest.param({"timeout": 1e300}, id="timeout=1e300"),
+    pytest.param({"timeout": 10**400}, id="timeout=10**400"),
+    pytest.param({"deadline": Deadline.at_ns(10**400)}, id="at_ns(10**400)"),
+]
+
+
+@pytest.mark.parametrize("far", FAR)
+def test_async_backoff_under_a_far_deadline_waits_its_delay(far: dict[str, Any]) -> None:
+    """The wait lasts the delay or the capped time left: no overflow, whatever the deadline."""
+    ctx, clock = _run(**far)
+    operation = AsyncScripted([HarnessFailure(FailureKind.TRANSPORT), "ok"], clock)
+    executor = HarnessRetryExecutor(ctx, backoff=Backoff(initial=0.001, maximum=0.001))
+
+    async def main() -> None:
+        assert await executor.execute_async(ROUTER, operation) == "ok"
+
+    _run_async(main())
+    assert len(operation.calls) == 2
+
+
+def test_async_huge_backoff_under_a_far_deadline_waits_until_the_run_is_cancelled() -> None:
+    ctx, clock = _run(deadline=Deadline.at_ns(10**400))
+    entered = asyncio.Event()
+    operation = AsyncScripted([HarnessFailure(FailureKind.TRANSPORT), "unreached"], clock)
+    executor = HarnessRetryExecutor(ctx, backoff=Backoff(initial=1e300, maximum=1e300))
+    real_pause = retry_module.pause_async
+
+    async def pause(ctx: RunContext, seconds: float) -> None:
+        entered.set()
+        await real_pause(ctx, seconds)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(executor.execute_async(ROUTER, operation))
+        await entered.wait()  # set just before the pause, which then ran up to its wait
+        ctx.cancellation.cancel(CancellationReason.SHUTDOWN)
+        with pytest.raises(RunCancelled):
+            await task
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(retry_module, "pause_async", pause)
+        _run_async(main())
+    assert len(operation.calls) == 1
+
+
+def test_async_backoff_longer_than_one_capped_wait_waits_again_for_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A wait that ended on ``Deadline.MAX_WAIT_SECONDS`` was neither the delay nor the deadline.
+
+    The cap is lowered to 10 ms so that a 50 ms backoff spans five capped waits.
+    """
+    monkeypatch.setattr(Deadline, "MAX_WAIT_SECONDS", 0.01)
+    ctx, clock = _run(deadline=Deadline.at_ns(10**400))
+    operation = AsyncScripted([HarnessFailure(FailureKind.TRANSPORT), "ok"], clock)
+    executor = HarnessRetryExecutor(ctx, backoff=Backoff(initial=0.05, maximum=0.05))
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        assert await executor.execute_async(ROUTER, operation) == "ok"
+        waited = loop.time() - started
+        assert waited >= 0.05, f"the backoff ended after one capped wait ({waited:.3f} s)"
+
+    _run_async(main())
 
 
 # -- concurrency in one loop ----------------------------------------------------------------------

@@ -299,8 +299,8 @@ def test_executor_agrees_with_the_reference_model(
     executor = HarnessRetryExecutor(ctx, classifier=classify, backoff=backoff)
     pauses = Pauses()
     with (
-        mock.patch.object(retry_module, "_pause", pauses.sync),
-        mock.patch.object(retry_module, "_pause_async", pauses.async_),
+        mock.patch.object(retry_module, "pause", pauses.sync),
+        mock.patch.object(retry_module, "pause_async", pauses.async_),
     ):
         result, raised = _execute(mode, executor, policy, operation)
     expected = expect(policy, script)

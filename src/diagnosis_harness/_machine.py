@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, TypeVar, final
+from typing import TYPE_CHECKING, Generic, TypeVar, cast, final
 
 from ._errors import IllegalTransition
 
@@ -95,9 +95,11 @@ class MachineTable(Generic[S, E]):
 
     def row(self, state: S, event: E, guard: bool | None = None) -> Row[S, E] | None:
         """The row written for exactly (state, event, guard), or ``None``; a lookup, not a step."""
-        row = self._index.get((state, event, guard))
+        value = cast("object", guard)  # the annotation is a promise; callers may break it
         # 1 == True and hashes alike: only the bools themselves (or None) name a guard's value.
-        return row if guard is None or guard is True or guard is False else None
+        if value is not None and value is not True and value is not False:
+            return None
+        return self._index.get((state, event, guard))
 
     def take(self, state: S, event: E, guard: bool | None = None) -> Row[S, E] | None:
         """The row ``event`` takes from ``state`` when the (state, event)'s guard is ``guard``.

@@ -76,7 +76,6 @@ _ATTEMPTING = RetryState.ATTEMPTING
 _AWAITING = _step(_ATTEMPTING, RetryEvent.FAIL, True)  # retry_allowed
 _RETRY = Boundary.RETRY
 _CO_COROUTINE = inspect.CO_COROUTINE
-_NS_PER_SECOND = 1_000_000_000
 
 
 class AttemptOutcome(enum.Enum):
@@ -227,17 +226,34 @@ def _attach(error: BaseException, record: ExecutionRecord) -> None:
         error.add_note(record.describe())
 
 
-def _pause(ctx: RunContext, seconds: float) -> None:
-    """Wait ``seconds``, never past the run's deadline, ending at once on cancellation."""
-    remaining = ctx.deadline.remaining_ns(ctx.clock) / _NS_PER_SECOND
-    ctx.cancellation.wait(min(seconds, remaining))
+def pause(ctx: RunContext, seconds: float) -> None:
+    """Wait ``seconds``, never past the run's deadline, ending at once on cancellation.
+
+    No single wait exceeds ``Deadline.MAX_WAIT_SECONDS``; one that ended on that cap (a far
+    deadline, a huge delay) was neither, and waits again for the rest of the delay.
+    """
+    cap = ctx.deadline.MAX_WAIT_SECONDS
+    left = seconds
+    while left > 0:
+        step = min(left, ctx.deadline.remaining_seconds(ctx.clock))  # <= cap
+        if ctx.cancellation.wait(step) or step < cap:
+            return  # cancelled, the delay passed, or the deadline came: the next gate decides
+        left -= step
 
 
-async def _pause_async(ctx: RunContext, seconds: float) -> None:
-    remaining = ctx.deadline.remaining_ns(ctx.clock) / _NS_PER_SECOND
-    # The wait ends either way: cancellation (the next gate raises) or the delay passed.
-    with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-        await asyncio.wait_for(ctx.cancellation.wait_async(), min(seconds, remaining))
+async def pause_async(ctx: RunContext, seconds: float) -> None:
+    """:func:`pause` for asyncio: the same waits, without blocking the loop."""
+    cap = ctx.deadline.MAX_WAIT_SECONDS
+    left = seconds
+    while left > 0:
+        step = min(left, ctx.deadline.remaining_seconds(ctx.clock))  # <= cap
+        # asyncio.TimeoutError is not TimeoutError before Python 3.11.
+        with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+            await asyncio.wait_for(ctx.cancellation.wait_async(), step)
+            return  # cancelled: the next gate raises
+        if step < cap:
+            return  # the delay passed or the deadline came: the next gate decides
+        left -= step
 
 
 @final
@@ -333,7 +349,7 @@ class HarnessRetryExecutor:
                 state = _AWAITING
                 if delay > 0:
                     try:
-                        _pause(ctx, delay)
+                        pause(ctx, delay)
                     except BaseException as interrupt:  # Ctrl-C during the wait: keep the record
                         self._interrupted(policy, attempts, interrupt)
                         raise
@@ -384,7 +400,7 @@ class HarnessRetryExecutor:
                 state = _AWAITING
                 if delay > 0:
                     try:
-                        await _pause_async(ctx, delay)
+                        await pause_async(ctx, delay)
                     except BaseException as interrupt:  # the task was cancelled during the wait
                         self._interrupted(policy, attempts, interrupt)
                         raise

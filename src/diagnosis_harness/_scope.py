@@ -7,8 +7,12 @@ reached -- into the cancellation of the task, and the block then raises the run'
 ``CancelledError``. A cancellation of the task from anywhere else passes through untouched.
 
 The deadline is watched with a loop timer that re-reads the run's clock when it fires, so the
-clock stays the only authority: with a :class:`ManualClock` the timer finds time has not moved
-and waits again, and the deadline is observed at the next boundary or ``ctx.check``.
+clock stays the only authority: a timer that fires before the clock has reached the deadline
+re-arms for what the clock says is left -- with a :class:`ManualClock` time has not moved, and
+the deadline is observed at the next boundary, ``ctx.check`` or firing after the clock passed
+it. A timer never waits longer than ``Deadline.MAX_WAIT_SECONDS``: a far deadline
+(``timeout=1e300``, ``Deadline.at_ns(10**400)``) re-arms, capped, until it is reached, instead
+of overflowing the loop's timer.
 """
 
 from __future__ import annotations
@@ -110,8 +114,8 @@ class RunScope:
     def _arm(self) -> None:
         loop = self._loop
         assert loop is not None
-        remaining_ns = self._ctx.deadline.remaining_ns(self._ctx.clock)
-        delay = max(remaining_ns / 1e9, _MIN_REARM_S)
+        # Capped at Deadline.MAX_WAIT_SECONDS: a delay past the platform's range would overflow.
+        delay = max(self._ctx.deadline.remaining_seconds(self._ctx.clock), _MIN_REARM_S)
         self._timer = loop.call_later(delay, self._on_timer)
 
     def _on_timer(self) -> None:
@@ -120,4 +124,6 @@ class RunScope:
         except RunTerminated:
             self._cancel_task()  # the cancellation callback will also ask; asking twice is a no-op
             return
+        # Early: the wait was capped, or the run's clock is not the loop's (a ManualClock, a
+        # clock behind the loop's). Only the run's clock says when the deadline is.
         self._arm()

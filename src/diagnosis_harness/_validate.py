@@ -27,13 +27,20 @@ def non_negative_int(name: str, value: object) -> int:
 
 
 def seconds(name: str, value: object) -> float:
-    """A finite, non-negative number of seconds (int or float, not bool)."""
-    if type(value) not in (int, float):
+    """A finite, non-negative number of seconds (int or float, not bool), returned unchanged.
+
+    An ``int`` stays an ``int``: exact, and valid even past the float range (``10**400``), where
+    ``float(value)`` would raise OverflowError instead of accepting or naming the argument.
+    """
+    if type(value) is int:
+        if value < 0:
+            raise ValueError(f"{name} must be finite and >= 0 seconds, got {value!r}")
+        return value
+    if type(value) is not float:
         raise TypeError(f"{name} must be a number of seconds (int or float), got {value!r}")
-    as_float = float(value)  # type: ignore[arg-type]  # checked just above: int or float
-    if not math.isfinite(as_float) or as_float < 0:
+    if not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} must be finite and >= 0 seconds, got {value!r}")
-    return as_float
+    return value
 
 
 def non_blank_str(name: str, value: object) -> str:

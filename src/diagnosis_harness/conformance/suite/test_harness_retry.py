@@ -246,7 +246,7 @@ def test_run_is_cancelled_between_attempts_during_the_async_backoff() -> None:
     operation = AsyncScripted([HarnessFailure(FailureKind.TRANSPORT), "unreached"], clock)
     executor = HarnessRetryExecutor(ctx, backoff=Backoff(initial=60, maximum=60))
     waiting = threading.Event()
-    real_pause = retry_module._pause_async
+    real_pause = retry_module.pause_async
 
     async def pause(ctx: RunContext, seconds: float) -> None:
         waiting.set()
@@ -262,7 +262,7 @@ def test_run_is_cancelled_between_attempts_during_the_async_backoff() -> None:
 
     thread = threading.Thread(target=canceller, daemon=True)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(retry_module, "_pause_async", pause)
+        patch.setattr(retry_module, "pause_async", pause)
         thread.start()
         try:
             _run_async(main())
