@@ -40,7 +40,7 @@ def _to_ns(seconds: float) -> int:
     Exact for every finite float: ``round(1e300 * 1e9)`` would be ``round(inf)``. Truncating
     loses a nanosecond: ``int(6e-10 * 1e9)`` is 0, ``int(Fraction(0.3) * 10**9)`` 299_999_999.
     """
-    if isinstance(seconds, int):  # the common `timeout=60`: exact without a Fraction (~1 µs)
+    if isinstance(seconds, int):  # the common `timeout=60`: exact without a Fraction
         return seconds * _NS_PER_SECOND
     return round(Fraction(seconds) * _NS_PER_SECOND)  # Fraction.__round__: half to even
 
