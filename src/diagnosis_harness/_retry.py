@@ -263,6 +263,11 @@ class HarnessRetryExecutor:
     ``classifier`` maps your SDK's exceptions to kinds (see ``diagnosis_harness.integrations``);
     ``backoff`` spaces retries (none by default). Thread-safe: concurrent executions are all
     recorded, in the order they end.
+
+    The run's state is not the executor's: it asks the run's gate before every attempt. What it
+    owns is its history, which only grows: ``_raw`` receives each execution as it ends (appended
+    by the executing thread), and ``_executions`` holds the records built from them, in order,
+    under ``_lock``.
     """
 
     __slots__ = (

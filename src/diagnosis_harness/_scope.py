@@ -39,7 +39,14 @@ _MIN_REARM_S = 0.001  # never spin: re-arm at least a millisecond later
 
 @final
 class RunScope:
-    """The async context manager ``ctx.scope()`` returns; enter it once."""
+    """The async context manager ``ctx.scope()`` returns; enter it once.
+
+    Its fields are the scope's own, touched only on the loop's thread (the cancellation callback
+    from another thread hands over with ``call_soon_threadsafe``): ``_task`` is the bound task
+    until the block exits, then ``None``, so a late request cancels nothing; ``_cancel_requested``
+    is set once, by the one request that cancelled the task; ``_timer`` is the one armed deadline
+    timer, replaced each time it re-arms.
+    """
 
     __slots__ = (
         "_cancel_requested",
