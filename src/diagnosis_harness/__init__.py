@@ -8,8 +8,6 @@ are state machines generated from the tables in ``model/``.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 from ._boundary import Boundary
 from ._budget import Budget, BudgetDimension, BudgetLimits, BudgetUsage
 from ._cancellation import (
@@ -50,10 +48,10 @@ from ._retry import (
 from ._retry_policy import RetryPolicies, RetryPolicy
 from ._scope import RunScope
 
-try:
-    __version__ = version("diagnosis-harness")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree without metadata
-    from ._version import __version__
+# The one place the version is written (hatch builds the metadata from it). Not read back through
+# importlib.metadata: that import and the search of sys.path for the distribution's metadata cost
+# more than the rest of the package's import (see the import figure in docs/performance.md).
+from ._version import __version__
 
 __all__ = [
     "AttemptOutcome",
