@@ -101,6 +101,8 @@ def _provenance(stem: str, data: dict[str, Any]) -> str:
         f"{pyperf['values_per_process']} values of >= {pyperf['min_time_s']:g} s"
         + (" (a --quick smoke run)" if pyperf["quick"] else "")
         if pyperf
+        else f"median of {data['rounds']} runs"
+        if data.get("statistic", "").startswith("median")
         else f"best of {data['rounds']} rounds"
     )
     date = data.get("date", "")
@@ -112,9 +114,10 @@ def _provenance(stem: str, data: dict[str, Any]) -> str:
 
 def render() -> str:
     """The text that belongs between the page's markers."""
-    results = {stem: _load(stem) for stem in ("core", "retry", "model", "report")}
+    results = {stem: _load(stem) for stem in ("core", "retry", "model", "report", "import")}
     model_table = (RESULTS / "model.md").read_text(encoding="utf-8").strip()
     report_table = (RESULTS / "report.md").read_text(encoding="utf-8").strip()
+    import_table = (RESULTS / "import.md").read_text(encoding="utf-8").strip()
     lines = [
         "### The core paths",
         "",
@@ -131,6 +134,10 @@ def render() -> str:
         "### The conformance report on a large spec",
         "",
         report_table,
+        "",
+        "### `import diagnosis_harness` in a fresh interpreter",
+        "",
+        import_table,
         "",
         "Measured with:",
         "",

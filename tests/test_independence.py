@@ -1,19 +1,24 @@
-"""The Core imports only the standard library and python-statemachine (an import-linter check).
+"""What the Core imports (an import-linter check): the standard library, and for the generated
+models python-statemachine; ``import diagnosis_harness`` itself, the standard library only.
 
 A fresh interpreter imports ``diagnosis_harness`` and every Core module and reports what the
 import added to ``sys.modules``; whatever the interpreter had loaded before (``site`` and the
 ``.pth`` hooks of the environment) is not the library's doing and is left out.
 
-These tests check the probe itself; the scenario (Stage 2 implementation completes) is shown in
+These tests check the probe itself, and what ``import diagnosis_harness`` alone loads; the
+scenario (Stage 2 implementation completes) is shown in
 ``src/diagnosis_harness/conformance/suite/test_core_independence.py``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
+import diagnosis_harness
 from diagnosis_harness.conformance.suite.test_core_independence import PROBE, core_modules
 
 KNOWN_CORE = (
@@ -54,3 +59,33 @@ def test_the_probe_would_see_a_forbidden_import() -> None:
     )
     imported = set(json.loads(result.stdout)["all"])
     assert {"http.client", "statemachine"} <= imported
+
+
+# What a user pays for at `import diagnosis_harness` only if something pulls it in by mistake:
+# importlib.metadata (with email and zipfile, most of the import's time when the version was read
+# through it), the models' python-statemachine (an extra now), and the test tools.
+NOT_ON_IMPORT = ("importlib.metadata", "statemachine", "hypothesis", "pytest")
+
+
+def test_importing_the_package_loads_no_metadata_reader_and_no_extra() -> None:
+    # -S: no site, so no .pth hook of the environment has loaded importlib.metadata before the
+    # probe looks (where one had, the import's own use of it would go unseen); the package is
+    # found through PYTHONPATH instead, its parent directory alone.
+    parent = Path(diagnosis_harness.__file__).resolve().parents[1]
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", PROBE, "importlib.metadata"],
+        env={**os.environ, "PYTHONPATH": str(parent)},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    report = json.loads(result.stdout)
+    assert "importlib.metadata" in report["all"]  # not loaded before: the probe would see it
+    loaded = {
+        name
+        for name in report["root"]
+        for unwanted in NOT_ON_IMPORT
+        if name == unwanted or name.startswith(f"{unwanted}.")
+    }
+    assert loaded == set()

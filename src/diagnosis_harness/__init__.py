@@ -47,6 +47,9 @@ from ._retry import (
 )
 from ._retry_policy import RetryPolicies, RetryPolicy
 from ._scope import RunScope
+
+# The one place the version is written (hatch builds the metadata from it); not read back through
+# importlib.metadata, whose import alone cost more than the rest of the package's.
 from ._version import __version__
 
 __all__ = [

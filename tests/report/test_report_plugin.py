@@ -1,7 +1,8 @@
 """The pytest plugin, on a toy spec: marks checked at collection, outcomes, options, the report.
 
 Each test runs pytest in-process on files written by ``pytester``; the plugin comes in through
-its ``pytest11`` entry point, as in any run of this environment.
+its ``pytest11`` entry point, as in any run of this environment, and acts only in a run that opts
+in. (``test_quiet_install.py`` checks the same of the installed wheel, in other projects.)
 """
 
 from __future__ import annotations
@@ -19,13 +20,16 @@ pytest_plugins = ["pytester"]
 
 REAL_REQUIREMENT = "RunContext SHALL be explicit and structurally immutable"
 REAL_SCENARIO = "Invalid identity starts a Run"
+SWITCH = ("-o", "diagnosis_harness_conformance=true")  # the ini switch, from the command line
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     return pytester.runpytest("-p", "no:cacheprovider", "--strict-markers", *args)
 
 
-def test_inert_without_a_spec_mark_or_option(pytester: pytest.Pytester) -> None:
+def test_inert_unless_the_run_opts_in(pytester: pytest.Pytester) -> None:
+    # Someone else's project: a `spec` marker of its own, used as the plugin's never would be.
+    pytester.makeini("[pytest]\nmarkers =\n    spec(name): our own spec marker\n")
     # Not even a broken spec where the default would be looked for is read.
     broken = pytester.path / "specs" / "broken" / "spec.md"
     broken.parent.mkdir(parents=True)
@@ -33,6 +37,10 @@ def test_inert_without_a_spec_mark_or_option(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
         import pytest
+
+        @pytest.mark.spec("x")
+        def test_their_own_spec_mark():
+            pass
 
         def test_plain():
             pass
@@ -44,14 +52,47 @@ def test_inert_without_a_spec_mark_or_option(pytester: pytest.Pytester) -> None:
     )
     result = run(pytester)
     assert result.ret == pytest.ExitCode.OK
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=4)
     assert "spec conformance" not in result.stdout.str()
     assert not list(pytester.path.rglob("conformance.*"))
+    markers = run(pytester, "--markers").stdout.str()
+    assert "@pytest.mark.spec(name): our own spec marker" in markers
+    assert "spec(requirement, scenario)" not in markers
+    assert "model_check" not in markers
+    assert "transition_coverage" not in run(pytester, "--fixtures").stdout.str()
+
+    # The same project, opted in: its marks are read as ours (against the shipped spec once the
+    # broken one is gone), and name no scenario.
+    broken.unlink()
+    result = run(pytester, *SWITCH)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*::test_their_own_spec_mark: unknown @pytest.mark.spec"])
 
 
-def test_the_plugin_registers_its_markers(pytester: pytest.Pytester) -> None:
-    result = run(pytester, "--markers")
+@pytest.mark.parametrize(
+    "opt_in",
+    [
+        pytest.param(SWITCH, id="switch"),
+        pytest.param(("--spec", "specs/toy/spec.md"), id="spec"),
+        pytest.param(("--spec-report", "out"), id="spec-report"),
+        pytest.param(("--spec-strict",), id="spec-strict"),
+        pytest.param(("--spec-unknown=report",), id="spec-unknown"),
+        pytest.param((), id="spec_files-ini"),
+    ],
+)
+def test_each_way_to_opt_in_registers_the_markers_and_the_fixture(
+    pytester: pytest.Pytester, small_spec: Path, opt_in: tuple[str, ...]
+) -> None:
+    if not opt_in:
+        pytester.makeini("[pytest]\nspec_files = specs/toy/spec.md\n")
+    result = run(pytester, *opt_in, "--markers")
     result.stdout.fnmatch_lines(["@pytest.mark.spec(requirement, scenario):*", "*model_check:*"])
+    run(pytester, *opt_in, "--fixtures").stdout.fnmatch_lines(["transition_coverage*"])
+
+
+def test_spec_unknown_in_an_ini_file_alone_does_not_opt_in(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nspec_unknown = report\n")
+    assert "spec(requirement, scenario)" not in run(pytester, "--markers").stdout.str()
 
 
 def test_an_unknown_mark_fails_the_collection_with_the_nearest_name(
@@ -330,6 +371,7 @@ def test_the_ini_option_names_the_spec(pytester: pytest.Pytester, small_spec: Pa
 
 
 def test_the_default_spec_is_the_rootdirs(pytester: pytest.Pytester, small_spec: Path) -> None:
+    pytester.makeini("[pytest]\ndiagnosis_harness_conformance = true\n")
     _cover(pytester, [(THINGS, "First thing")])
     result = run(pytester)
     assert result.ret == pytest.ExitCode.OK
@@ -338,7 +380,7 @@ def test_the_default_spec_is_the_rootdirs(pytester: pytest.Pytester, small_spec:
 
 def test_without_a_spec_in_the_rootdir_the_shipped_one_is_used(pytester: pytest.Pytester) -> None:
     _cover(pytester, [(REAL_REQUIREMENT, REAL_SCENARIO)])
-    result = run(pytester)
+    result = run(pytester, *SWITCH)
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["diagnosis-harness-run-context: 1/16 scenarios passed*"])
 

@@ -1,87 +1,34 @@
 """The report from an installed wheel, outside the checkout, against the spec shipped in it.
 
-Builds the wheel of this checkout, installs it with the ``report`` extra (pytest, Hypothesis;
-no PyYAML, no SDK) into a fresh virtual environment and runs the report command from a
-directory outside the checkout. Needs ``uv`` (next to this interpreter or on ``PATH``) and the
-build and install requirements from uv's cache or the package index; without them the test is
-skipped, saying which step failed. Deselect it with ``-m "not wheel"``.
+The wheel of this checkout, installed with the ``report`` extra (pytest, Hypothesis,
+python-statemachine; no PyYAML, no SDK) into a fresh virtual environment (``report_venv``, see
+``conftest.py``: skipped without ``uv``), runs the report command from a directory outside the
+checkout. Deselect it with ``-m "not wheel"``.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from ._support import ROOT, read_json, scenarios
+from ._support import ROOT, STEP_TIMEOUT, clean_env, read_json, scenarios
 
-STEP_TIMEOUT = 120  # seconds per step; the whole test takes a few seconds with a warm cache
-
-
-def _uv() -> str | None:
-    beside = Path(sys.executable).with_name("uv")
-    if beside.is_file():
-        return str(beside)
-    return shutil.which("uv")
-
-
-def _clean_env() -> dict[str, str]:
-    dropped = {"PYTHONPATH", "VIRTUAL_ENV", "PY_IGNORE_IMPORTMISMATCH", "HYPOTHESIS_PROFILE"}
-    return {k: v for k, v in os.environ.items() if k not in dropped}
-
-
-def _step(what: str, command: list[str], cwd: Path, *, offline_first: bool = False) -> None:
-    """Run a build or install step; skip the test, saying why, when it cannot be done."""
-    attempts = [[*command, "--offline"], command] if offline_first else [command]
-    for attempt in attempts:
-        try:
-            done = subprocess.run(
-                attempt,
-                cwd=cwd,
-                env=_clean_env(),
-                capture_output=True,
-                text=True,
-                timeout=STEP_TIMEOUT,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as error:
-            pytest.skip(f"cannot {what}: {error}")
-        if done.returncode == 0:
-            return
-    tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
-    pytest.skip(f"cannot {what} (offline, or no index?): " + " | ".join(tail))
+if TYPE_CHECKING:
+    from ._support import Venv
 
 
 @pytest.mark.wheel
-def test_the_report_from_an_installed_wheel_outside_the_checkout(tmp_path: Path) -> None:
-    uv = _uv()
-    if uv is None:
-        pytest.skip("uv is not installed: it builds the wheel and the virtual environment")
-    dist, venv, elsewhere = tmp_path / "dist", tmp_path / "venv", tmp_path / "elsewhere"
-    elsewhere.mkdir()
+def test_the_report_from_an_installed_wheel_outside_the_checkout(
+    report_venv: Venv, tmp_path: Path
+) -> None:
+    venv, elsewhere = report_venv.root, tmp_path
     assert not elsewhere.resolve().is_relative_to(ROOT.resolve())
 
-    _step("build the wheel", [uv, "build", "--wheel", "--quiet", "-o", str(dist), str(ROOT)], ROOT)
-    (wheel,) = dist.glob("diagnosis_harness-*.whl")
-    _step("create a venv", [uv, "venv", "--quiet", "--python", sys.executable, str(venv)], tmp_path)
-    python = venv / "bin" / "python"
-    install = [uv, "pip", "install", "--quiet", "--python", str(python), f"{wheel}[report]"]
-    _step("install the wheel with its report extra", install, tmp_path, offline_first=True)
-
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(python), *args],
-            cwd=elsewhere,
-            env=_clean_env(),
-            capture_output=True,
-            text=True,
-            timeout=STEP_TIMEOUT,
-            check=False,
-        )
+        return report_venv.run(*args, cwd=elsewhere)
 
     # The installed package, not the checkout; and without PyYAML (the `config` extra).
     where = run("-c", "import diagnosis_harness, sys; print(diagnosis_harness.__file__)")
@@ -110,7 +57,7 @@ def test_the_report_from_an_installed_wheel_outside_the_checkout(tmp_path: Path)
         assert (elsewhere / "reports" / f"conformance.{suffix}").is_file()
 
     # Once `report` is wired into the console script, it does the same.
-    script = venv / "bin" / "diagnosis-harness"
+    script = report_venv.script("diagnosis-harness")
     usage = subprocess.run(
         [str(script), "--help"], capture_output=True, text=True, timeout=60, check=False
     )
@@ -118,7 +65,7 @@ def test_the_report_from_an_installed_wheel_outside_the_checkout(tmp_path: Path)
         wired = subprocess.run(
             [str(script), "report", "--out", "again"],
             cwd=elsewhere,
-            env=_clean_env(),
+            env=clean_env(),
             capture_output=True,
             text=True,
             timeout=STEP_TIMEOUT,

@@ -1,8 +1,17 @@
 """The pytest plugin: ``@pytest.mark.spec(requirement, scenario)`` checked against the spec.
 
 Registered through the ``pytest11`` entry point, so it loads in every pytest run of an
-environment where diagnosis-harness is installed. It stays inert -- no collection error, no
-output, no file -- unless a spec is configured (``--spec``, the ``spec_files`` ini option,
+environment where diagnosis-harness is installed -- including the runs of projects that know
+nothing of it, and may have a ``spec`` marker of their own. So it acts only in a run that opts in
+(:func:`opted_in`): one of its command-line options (``--spec``, ``--spec-report``,
+``--spec-strict``, ``--spec-unknown``), the ``spec_files`` ini option, or the ini switch
+``diagnosis_harness_conformance = true`` (``-o diagnosis_harness_conformance=true`` on the
+command line). Any other run sees its options in ``--help`` and nothing else: no marker, no
+fixture, no hook, so no collection error, no output, no file.
+
+In a run that opted in, the ``spec`` and ``model_check`` markers are registered (unless the
+configuration already has them), the ``transition_coverage`` fixture is provided, and the marks
+are checked. The report is made when a spec is configured (``--spec``, ``spec_files``,
 ``--spec-report`` or ``--spec-strict``) or a collected test carries a ``spec`` mark.
 
 Theory of operation. At the end of collection (after deselection, so only tests that will run
@@ -16,8 +25,9 @@ in the report instead. The outcome of each tagged test is folded from its report
 (``pytest_runtest_logreport``): a failed phase (setup, call or teardown) is ``failed``; a skip in
 any phase, an xfail or a non-strict xpass is ``skipped``; a passed call is ``passed``. At session
 end :func:`build_report` matches the results to the scenarios, with the transition coverage of
-the session fixture ``transition_coverage`` when a test used it, and ``--spec-report=DIR`` writes
-``conformance.{json,md,html}`` (one subdirectory per capability when several specs are given).
+the session fixture ``transition_coverage`` (:mod:`._fixtures`) when a test used it, and
+``--spec-report=DIR`` writes ``conformance.{json,md,html}`` (one subdirectory per capability when
+several specs are given).
 ``--spec-strict`` turns a report that is not :attr:`ConformanceReport.all_passed` (a scenario
 without a passing test, an unknown mark, an invalid spec) into a failed run. ``--collect-only``
 checks the marks and reports nothing (no test ran).
@@ -55,12 +65,14 @@ if TYPE_CHECKING:
     from ..modelcheck._coverage import TransitionCoverage
 
 __all__ = [
+    "OPT_IN",
     "STATE_KEY",
     "ConformanceState",
     "coverage_counts",
-    "transition_coverage",
+    "opted_in",
 ]
 
+OPT_IN: Final = "diagnosis_harness_conformance"  # the ini switch (a bool)
 UnknownMode = Literal["error", "report"]
 UNKNOWN_MODES: Final = ("error", "report")
 SPEC_MARKER: Final = "spec"
@@ -127,6 +139,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "spec_unknown",
         default="error",
         help="default of --spec-unknown: 'error' or 'report'",
+    )
+    parser.addini(
+        OPT_IN,
+        type="bool",
+        default=False,
+        help="check @pytest.mark.spec in every run, without a --spec* option (the plugin is "
+        "inert in a run with neither, or spec_files)",
+    )
+
+
+def opted_in(config: pytest.Config) -> bool:
+    """Whether this run asked for the plugin: a ``--spec*`` option, ``spec_files`` or the switch.
+
+    ``spec_unknown`` in an ini file alone does not count: it only sets a default.
+    """
+    return bool(
+        config.getini(OPT_IN)
+        or config.getini("spec_files")
+        or config.getoption("spec_files")
+        or config.getoption("spec_report") is not None
+        or config.getoption("spec_strict")
+        or config.getoption("spec_unknown") is not None
     )
 
 
@@ -409,6 +443,7 @@ class ConformanceState:
 
 STATE_KEY: Final = pytest.StashKey[ConformanceState]()
 _STATE_PLUGIN: Final = "diagnosis_harness-conformance-state"
+_FIXTURES_PLUGIN: Final = "diagnosis_harness-conformance-fixtures"
 
 
 def summary(report: ConformanceReport) -> list[str]:
@@ -518,6 +553,8 @@ def _collection_error(nodeid: str, unknowns: Iterable[_Unknown]) -> str:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if not opted_in(config):
+        return  # inert: the run is someone else's, and may have a `spec` marker of its own
     registered = {line.split(":")[0].split("(")[0].strip() for line in config.getini("markers")}
     for name, line in _MARKER_LINES.items():
         if name not in registered:
@@ -529,27 +566,15 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[STATE_KEY] = state
     # The state's own hook methods see this run only (a pytester run in-process has its own).
     config.pluginmanager.register(state, _STATE_PLUGIN)
+    # The fixture is in a module of its own, registered here: this module is loaded in every
+    # run, and a run that did not opt in must not find a fixture of ours under a name it may use.
+    from . import _fixtures  # noqa: PLC0415 - a plugin of an opted-in run only
+
+    config.pluginmanager.register(_fixtures, _FIXTURES_PLUGIN)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    state = config.pluginmanager.get_plugin(_STATE_PLUGIN)
-    if state is not None:
-        config.pluginmanager.unregister(state)
-
-
-# -- fixtures ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def transition_coverage(request: pytest.FixtureRequest) -> TransitionCoverage:
-    """The session's transition coverage: every model check records the rows it took here, and
-    the conformance report shows the counts beside each row of each table."""
-    from ..modelcheck._coverage import (  # noqa: PLC0415 - only model checks need it
-        TransitionCoverage,
-    )
-
-    coverage = TransitionCoverage()
-    state = request.config.stash.get(STATE_KEY, None)
-    if state is not None:
-        state.coverage = coverage
-    return coverage
+    for name in (_STATE_PLUGIN, _FIXTURES_PLUGIN):
+        plugin = config.pluginmanager.get_plugin(name)
+        if plugin is not None:
+            config.pluginmanager.unregister(plugin)
