@@ -1,7 +1,7 @@
 """The small builders the suite's tests share; they use only the library's public API.
 
-(The repository's ``tests/strategies.py`` has the same builders for the unit tests; the suite
-keeps its own so that it runs from an installed wheel.)
+They ship with the suite so that it runs from an installed wheel, and the repository's own tests
+import them from here (``tests/strategies.py`` re-exports the builders), so each is written once.
 """
 
 from __future__ import annotations
@@ -114,7 +114,9 @@ def attempts_summary(
 class Scripted:
     """An operation that plays a script: each item is returned, or raised if an exception.
 
-    It advances ``clock`` by ``step_ns`` inside every invocation and remembers what it saw.
+    It advances ``clock`` by ``step_ns`` inside every invocation and remembers what it saw (its
+    arguments, and the clock's readings at its start and end), so a test can compare the records
+    with what actually happened.
     """
 
     script: list[object]
@@ -122,13 +124,16 @@ class Scripted:
     step_ns: int = 7
     before: Callable[[int], None] | None = None  # runs first in invocation n (from 1)
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = field(default_factory=list)
+    spans: list[tuple[int, int]] = field(default_factory=list)  # (start, end) ns of each
 
     def __call__(self, *args: Any, **kwargs: Any) -> object:
         self.calls.append((args, kwargs))
         if self.before is not None:
             self.before(len(self.calls))
+        started = self.clock.monotonic_ns() if self.clock else 0
         if self.clock is not None:
             self.clock.advance_ns(self.step_ns)
+        self.spans.append((started, self.clock.monotonic_ns() if self.clock else 0))
         item = self.script[len(self.calls) - 1]
         if isinstance(item, BaseException):
             raise item
@@ -137,21 +142,27 @@ class Scripted:
 
 @dataclass
 class AsyncScripted:
-    """An async operation that plays a script (return an item, or raise it if an exception)."""
+    """An async operation that plays a script (return an item, or raise it if an exception).
+
+    It remembers what it saw as :class:`Scripted` does.
+    """
 
     script: list[object]
     clock: ManualClock | None = None
     step_ns: int = 7
     before: Callable[[int], None] | None = None  # runs first in invocation n (from 1)
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = field(default_factory=list)
+    spans: list[tuple[int, int]] = field(default_factory=list)  # (start, end) ns of each
 
     async def __call__(self, *args: Any, **kwargs: Any) -> object:
         self.calls.append((args, kwargs))
         if self.before is not None:
             self.before(len(self.calls))
+        started = self.clock.monotonic_ns() if self.clock else 0
         await asyncio.sleep(0)  # a real suspension point inside the attempt
         if self.clock is not None:
             self.clock.advance_ns(self.step_ns)
+        self.spans.append((started, self.clock.monotonic_ns() if self.clock else 0))
         item = self.script[len(self.calls) - 1]
         if isinstance(item, BaseException):
             raise item
