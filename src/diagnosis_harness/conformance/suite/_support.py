@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from diagnosis_harness import BudgetLimits, ManualClock, RunContext
 
@@ -26,7 +26,16 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "BUDGETS",
+    "DEADLINE",
     "GENEROUS",
+    "HIDDEN_RETRY",
+    "INDEPENDENCE",
+    "PRIMITIVES",
+    "REQUIREMENTS",
+    "RETRY",
+    "RUN_CONTEXT",
+    "TERMINAL",
     "WHITESPACE",
     "AsyncScripted",
     "Scripted",
@@ -37,6 +46,32 @@ __all__ = [
     "run_on_clock",
     "state",
 ]
+
+# The spec's requirement names, verbatim, for ``@pytest.mark.spec(requirement, scenario)`` and for
+# whatever a test compares with a requirement's name. Every test, here and in the repository's
+# tests/, takes them from this one place, so a renamed requirement is changed once;
+# tests/conformance/test_conformance_spec.py checks that they are the spec's, in its order.
+RUN_CONTEXT: Final = "RunContext SHALL be explicit and structurally immutable"
+DEADLINE: Final = "Deadline and cancellation SHALL stop subsequent controlled work"
+BUDGETS: Final = "Run budgets SHALL be explicit, thread-safe, and observable"
+TERMINAL: Final = "A Run SHALL have exactly one terminal outcome"
+RETRY: Final = "Harness retry SHALL be typed, bounded, and recorded"
+HIDDEN_RETRY: Final = "Spring AI hidden retry SHALL be disabled"
+PRIMITIVES: Final = (
+    "Tool invocation key and Run capacity primitives SHALL be safe and store-independent"
+)
+INDEPENDENCE: Final = "Harness Core SHALL remain independent from current runtime and persistence"
+REQUIREMENTS: Final = (
+    RUN_CONTEXT,
+    DEADLINE,
+    BUDGETS,
+    TERMINAL,
+    RETRY,
+    HIDDEN_RETRY,
+    PRIMITIVES,
+    INDEPENDENCE,
+)
+"""Every requirement of the spec, in the spec's order."""
 
 # Every character str.strip() removes: a name made only of these is blank.
 WHITESPACE = (
