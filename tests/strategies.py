@@ -14,17 +14,15 @@ from hypothesis import strategies as st
 from diagnosis_harness import (
     Boundary,
     CancellationReason,
-    RunContext,
-    RunState,
 )
 
 # One copy of the builders: the shipped conformance suite needs them without tests/.
-from diagnosis_harness.conformance.suite._support import GENEROUS, limits, new_run
-
-# Every character str.strip() removes: a name made only of these is blank.
-WHITESPACE = (
-    " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
-    "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+from diagnosis_harness.conformance.suite._support import (
+    GENEROUS,
+    WHITESPACE,
+    limits,
+    new_run,
+    state,
 )
 
 blank_text = st.text(alphabet=WHITESPACE, max_size=6)
@@ -109,11 +107,6 @@ def expected_seconds_error(value: object) -> type[Exception]:
 def expected_str_error(value: object) -> type[Exception]:
     """``TypeError`` for a non-``str``, ``ValueError`` for a blank one."""
     return ValueError if isinstance(value, str) else TypeError
-
-
-def state(ctx: RunContext) -> RunState:
-    """The run's state, read through a call so that mypy does not narrow it between reads."""
-    return ctx.lifecycle.state
 
 
 # -- builders ---------------------------------------------------------------------------------

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import random
-import sys
-import threading
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -12,9 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from diagnosis_harness._capacity import RunCapacityCounter
+from racing import race
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
 THREADS = 8
 
@@ -84,41 +83,18 @@ def test_a_bad_reservation_raises_and_changes_nothing(
     assert (counter.used, counter.remaining) == (4, 6)
 
 
-@pytest.fixture
-def eager_thread_switching() -> Iterator[None]:
-    """Make the interpreter switch threads far more often, so races would actually interleave."""
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(previous)
-
-
 def _race(counter: RunCapacityCounter, plans: list[list[int]]) -> list[list[tuple[int, bool]]]:
     """Run one thread per plan, released together; return each thread's (n, accepted) results."""
-    barrier = threading.Barrier(len(plans))
     results: list[list[tuple[int, bool]]] = [[] for _ in plans]
-    errors: list[BaseException] = []
 
-    def worker(plan: list[int], out: list[tuple[int, bool]]) -> None:
-        try:
-            barrier.wait()
+    def reserver(plan: list[int], out: list[tuple[int, bool]]) -> Callable[[], None]:
+        def reserve_each() -> None:
             reserve: Callable[[int], bool] = counter.try_reserve
             out.extend((n, reserve(n)) for n in plan)
-        except BaseException as error:  # pragma: no cover - reported below
-            errors.append(error)
-            barrier.abort()
 
-    threads = [
-        threading.Thread(target=worker, args=(plan, out))
-        for plan, out in zip(plans, results, strict=True)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors
+        return reserve_each
+
+    race([reserver(plan, out) for plan, out in zip(plans, results, strict=True)])
     return results
 
 

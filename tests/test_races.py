@@ -7,7 +7,6 @@ switch interval is lowered so that the interpreter interleaves the racers far mo
 from __future__ import annotations
 
 import functools
-import sys
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -28,14 +27,14 @@ from diagnosis_harness import (
     RunTerminated,
     RunTimedOut,
 )
+from racing import race as _race
 from strategies import limits, new_run
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
 
 ROUNDS = 500
-BOUND = 30.0  # seconds before a join calls a racer stuck
 
 REASON_FOR = {
     RunState.SUCCESS: CancellationReason.RUN_FINISHED,
@@ -46,37 +45,8 @@ REASON_FOR = {
 }
 
 
-@pytest.fixture(autouse=True)
-def eager_thread_switching() -> Iterator[None]:
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(previous)
-
-
-def _race(racers: list[Callable[[], None]]) -> None:
-    """Start one thread per racer, release them together, join them, re-raise any failure."""
-    barrier = threading.Barrier(len(racers))
-    errors: list[BaseException] = []
-
-    def run(racer: Callable[[], None]) -> None:
-        try:
-            barrier.wait(BOUND)
-            racer()
-        except BaseException as error:  # reported below
-            errors.append(error)
-            barrier.abort()
-
-    threads = [threading.Thread(target=run, args=(racer,), daemon=True) for racer in racers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(BOUND)
-    assert not any(thread.is_alive() for thread in threads), "a racer is stuck"
-    if errors:
-        raise errors[0]
+# Every test here races real threads: the interpreter switches between them eagerly.
+pytestmark = pytest.mark.usefixtures("eager_thread_switching")
 
 
 # -- every way of ending, at once -------------------------------------------------------------

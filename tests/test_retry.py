@@ -46,11 +46,17 @@ from diagnosis_harness import (
     SystemClock,
 )
 from diagnosis_harness._generated.tables import RetryState
+from diagnosis_harness.conformance.suite._support import (
+    Scripted,
+    attempts_summary,
+    only_execution,
+    run_on_clock,
+)
 from diagnosis_harness.testing import FakeModel, FakeResponse
 from strategies import limits, new_run, not_callable
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine, Iterable
+    from collections.abc import Callable, Coroutine
 
 NS = 1_000_000_000
 TECHNICAL = frozenset(
@@ -72,50 +78,6 @@ def _kind_id(kind: FailureKind) -> str:
     return kind.name
 
 
-@dataclass
-class Scripted:
-    """An operation that plays a script: each item is returned, or raised if an exception.
-
-    It advances ``clock`` by ``step_ns`` inside every invocation and remembers what it saw, so a
-    test can compare the records with what actually happened.
-    """
-
-    script: list[object]
-    clock: ManualClock | None = None
-    step_ns: int = 7
-    before: Callable[[int], None] | None = None  # runs first in invocation n (from 1)
-    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = field(default_factory=list)
-    spans: list[tuple[int, int]] = field(default_factory=list)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> object:
-        self.calls.append((args, kwargs))
-        if self.before is not None:
-            self.before(len(self.calls))
-        started = self.clock.monotonic_ns() if self.clock else 0
-        if self.clock is not None:
-            self.clock.advance_ns(self.step_ns)
-        ended = self.clock.monotonic_ns() if self.clock else 0
-        self.spans.append((started, ended))
-        item = self.script[len(self.calls) - 1]
-        if isinstance(item, BaseException):
-            raise item
-        return item
-
-
-def _run(clock: ManualClock | None = None, **kwargs: Any) -> tuple[RunContext, ManualClock]:
-    clock = ManualClock(1_000) if clock is None else clock
-    return new_run(clock=clock, **kwargs), clock
-
-
-def _only(executor: HarnessRetryExecutor) -> ExecutionRecord:
-    (execution,) = executor.executions
-    return execution
-
-
-def _summary(attempts: Iterable[AttemptRecord]) -> list[tuple[int, AttemptOutcome, object]]:
-    return [(a.number, a.outcome, a.failure) for a in attempts]
-
-
 def _notes(error: BaseException) -> list[str]:
     notes: list[str] = getattr(error, "__notes__", [])
     return notes
@@ -123,7 +85,7 @@ def _notes(error: BaseException) -> list[str]:
 
 def _other_run_error(end: str) -> RunTerminated:
     """A real RunTerminated subclass, raised by the gate of a second run that is over."""
-    ctx, clock = _run(budget=limits(model_calls=1))
+    ctx, clock = run_on_clock(budget=limits(model_calls=1))
     if end == "cancelled":
         ctx.cancellation.cancel(CancellationReason.CLIENT_DISCONNECTED)
     elif end == "timed_out":
@@ -181,7 +143,7 @@ ENDINGS = [
 def test_a_run_over_before_the_first_attempt_never_invokes_the_operation(
     how: str, error: type[RunTerminated], state: RunState
 ) -> None:
-    ctx, clock = _run(budget=limits(model_calls=1, input_tokens=10))
+    ctx, clock = run_on_clock(budget=limits(model_calls=1, input_tokens=10))
     _end_run(how, ctx, clock)
     operation = Scripted(["unreached"], clock)
     executor = HarnessRetryExecutor(ctx)
@@ -192,7 +154,7 @@ def test_a_run_over_before_the_first_attempt_never_invokes_the_operation(
     assert type(raised.value) is error
     assert operation.calls == []
     assert executor.attempts == ()
-    execution = _only(executor)
+    execution = only_execution(executor)
     assert execution == ExecutionRecord(
         "three", (), StopReason.RUN_TERMINATED, RetryState.STOPPED, ctx.lifecycle.termination
     )
@@ -204,7 +166,7 @@ def test_a_run_over_before_the_first_attempt_never_invokes_the_operation(
 def test_a_run_ended_during_a_retryable_attempt_rejects_the_next_one(
     how: str, error: type[RunTerminated], state: RunState
 ) -> None:
-    ctx, clock = _run(budget=limits(model_calls=1, input_tokens=10))
+    ctx, clock = run_on_clock(budget=limits(model_calls=1, input_tokens=10))
     operation = Scripted(
         [HarnessFailure(FailureKind.RATE_LIMITED), "unreached", "unreached"],
         clock,
@@ -216,15 +178,17 @@ def test_a_run_ended_during_a_retryable_attempt_rejects_the_next_one(
         executor.execute(THREE_TRIES, operation)
 
     assert len(operation.calls) == 1
-    execution = _only(executor)
-    assert _summary(execution.attempts) == [(1, AttemptOutcome.FAILED, FailureKind.RATE_LIMITED)]
+    execution = only_execution(executor)
+    assert attempts_summary(execution.attempts) == [
+        (1, AttemptOutcome.FAILED, FailureKind.RATE_LIMITED)
+    ]
     assert (execution.stop, execution.state) == (StopReason.RUN_TERMINATED, RetryState.STOPPED)
     assert execution.termination is ctx.lifecycle.termination
     assert ctx.lifecycle.state is state
 
 
 def test_the_gate_is_checked_before_every_attempt_not_only_the_first() -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     failure = HarnessFailure(FailureKind.SERVER_ERROR)
 
     def before(n: int) -> None:
@@ -239,14 +203,14 @@ def test_the_gate_is_checked_before_every_attempt_not_only_the_first() -> None:
 
     assert len(operation.calls) == 2
     assert [a.outcome for a in executor.attempts] == [AttemptOutcome.FAILED] * 2
-    assert _only(executor).stop is StopReason.RUN_TERMINATED
+    assert only_execution(executor).stop is StopReason.RUN_TERMINATED
 
 
 # -- what is recorded -----------------------------------------------------------------------------
 
 
 def test_first_try_success_is_one_record_with_the_clocks_timestamps() -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     operation = Scripted(["done"], clock, step_ns=250)
     executor = HarnessRetryExecutor(ctx)
 
@@ -256,13 +220,13 @@ def test_first_try_success_is_one_record_with_the_clocks_timestamps() -> None:
     assert executor.attempts == (
         AttemptRecord("intent_router", 1, AttemptOutcome.SUCCEEDED, None, 1_000, 1_250),
     )
-    assert _only(executor) == ExecutionRecord(
+    assert only_execution(executor) == ExecutionRecord(
         "intent_router", executor.attempts, StopReason.SUCCEEDED, RetryState.SUCCEEDED, None
     )
 
 
 def test_every_attempt_is_recorded_in_order_with_its_kind_and_span() -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     errors = [HarnessFailure(FailureKind.TIMEOUT), HarnessFailure(FailureKind.MALFORMED_RESPONSE)]
     operation = Scripted([*errors, "third"], clock, step_ns=40)
     executor = HarnessRetryExecutor(ctx)
@@ -270,7 +234,7 @@ def test_every_attempt_is_recorded_in_order_with_its_kind_and_span() -> None:
     assert executor.execute(THREE_TRIES, operation, "same", arg=2) == "third"
 
     assert operation.calls == [(("same",), {"arg": 2})] * 3
-    assert _summary(executor.attempts) == [
+    assert attempts_summary(executor.attempts) == [
         (1, AttemptOutcome.FAILED, FailureKind.TIMEOUT),
         (2, AttemptOutcome.FAILED, FailureKind.MALFORMED_RESPONSE),
         (3, AttemptOutcome.SUCCEEDED, None),
@@ -281,7 +245,7 @@ def test_every_attempt_is_recorded_in_order_with_its_kind_and_span() -> None:
 
 
 def test_exhausted_attempts_reraise_the_last_attempts_own_exception() -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     first, second = (HarnessFailure(FailureKind.TRANSPORT, str(n)) for n in (1, 2))
     operation = Scripted([first, second, "unreached"], clock)
     executor = HarnessRetryExecutor(ctx)
@@ -291,7 +255,7 @@ def test_exhausted_attempts_reraise_the_last_attempts_own_exception() -> None:
 
     assert raised.value is second
     assert len(operation.calls) == 2
-    execution = _only(executor)
+    execution = only_execution(executor)
     assert (execution.stop, execution.state) == (StopReason.ATTEMPTS_EXHAUSTED, RetryState.FAILED)
     assert second.harness_execution == execution  # type: ignore[attr-defined]
     assert not hasattr(first, "harness_execution")  # only the re-raised error carries it
@@ -299,7 +263,7 @@ def test_exhausted_attempts_reraise_the_last_attempts_own_exception() -> None:
 
 
 def test_final_failure_carries_the_history_as_attribute_and_note() -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     failure = HarnessFailure(FailureKind.NO_EVIDENCE, "nothing in the logs")
     executor = HarnessRetryExecutor(ctx)
 
@@ -310,7 +274,7 @@ def test_final_failure_carries_the_history_as_attribute_and_note() -> None:
 
     assert raised.value is failure
     record: ExecutionRecord = failure.harness_execution  # type: ignore[attr-defined]
-    assert record == _only(executor)
+    assert record == only_execution(executor)
     assert record.describe() == (
         "harness retry [intent_router]: attempt 1 failed (TRANSPORT); "
         "attempt 2 failed (NO_EVIDENCE); stop: NOT_RETRYABLE"
@@ -327,18 +291,18 @@ def test_describe_says_no_attempt_for_a_stop_before_the_first() -> None:
 
 
 def test_records_are_immutable() -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     executor = HarnessRetryExecutor(ctx)
     executor.execute(ROUTER, Scripted(["ok"], clock))
     (attempt,) = executor.attempts
     with pytest.raises(AttributeError):
         attempt.number = 2  # type: ignore[misc]
     with pytest.raises(AttributeError):
-        _only(executor).stop = StopReason.INTERRUPTED  # type: ignore[misc]
+        only_execution(executor).stop = StopReason.INTERRUPTED  # type: ignore[misc]
 
 
 def test_executions_accumulate_in_the_order_they_end() -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     executor = HarnessRetryExecutor(ctx)
     empty = (executor.executions, executor.attempts)
     assert empty == ((), ())
@@ -366,10 +330,10 @@ def test_executions_accumulate_in_the_order_they_end() -> None:
 
 @pytest.mark.parametrize("kind", sorted(TECHNICAL, key=str), ids=_kind_id)
 def test_each_technical_kind_is_retried_under_the_router_policy(kind: FailureKind) -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     executor = HarnessRetryExecutor(ctx)
     assert executor.execute(ROUTER, Scripted([HarnessFailure(kind), "ok"], clock)) == "ok"
-    assert _summary(executor.attempts) == [
+    assert attempts_summary(executor.attempts) == [
         (1, AttemptOutcome.FAILED, kind),
         (2, AttemptOutcome.SUCCEEDED, None),
     ]
@@ -377,7 +341,7 @@ def test_each_technical_kind_is_retried_under_the_router_policy(kind: FailureKin
 
 @pytest.mark.parametrize("kind", sorted(NEVER_RETRIED, key=str), ids=_kind_id)
 def test_a_never_retried_kind_fails_at_once_even_with_attempts_left(kind: FailureKind) -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     failure = HarnessFailure(kind, "typed")
     operation = Scripted([failure, "unreached"], clock)
     executor = HarnessRetryExecutor(ctx)
@@ -388,19 +352,19 @@ def test_a_never_retried_kind_fails_at_once_even_with_attempts_left(kind: Failur
     assert raised.value is failure
     assert failure.kind is kind
     assert len(operation.calls) == 1
-    assert _summary(executor.attempts) == [(1, AttemptOutcome.FAILED, kind)]
-    assert _only(executor).stop is StopReason.NOT_RETRYABLE
+    assert attempts_summary(executor.attempts) == [(1, AttemptOutcome.FAILED, kind)]
+    assert only_execution(executor).stop is StopReason.NOT_RETRYABLE
 
 
 def test_a_technical_kind_the_policy_does_not_list_is_not_retried() -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     policy = RetryPolicy("timeouts_only", 3, frozenset({FailureKind.TIMEOUT}))
     operation = Scripted([HarnessFailure(FailureKind.RATE_LIMITED), "unreached"], clock)
     executor = HarnessRetryExecutor(ctx)
     with pytest.raises(HarnessFailure):
         executor.execute(policy, operation)
     assert len(operation.calls) == 1
-    assert _only(executor).stop is StopReason.NOT_RETRYABLE
+    assert only_execution(executor).stop is StopReason.NOT_RETRYABLE
 
 
 def test_harness_failure_carries_its_kind_and_message() -> None:
@@ -437,7 +401,7 @@ def test_run_terminated_raised_by_the_operation_maps_to_its_kind_and_is_never_re
 ) -> None:
     error = _other_run_error(end)
     assert type(error) is cls
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     operation = Scripted([error, "unreached"], clock)
     # Even a classifier that calls everything a transport failure cannot make it retryable.
     executor = HarnessRetryExecutor(ctx, classifier=lambda _: FailureKind.TRANSPORT)
@@ -447,13 +411,13 @@ def test_run_terminated_raised_by_the_operation_maps_to_its_kind_and_is_never_re
 
     assert raised.value is error
     assert len(operation.calls) == 1
-    assert _summary(executor.attempts) == [(1, AttemptOutcome.FAILED, kind)]
-    assert _only(executor).stop is StopReason.NOT_RETRYABLE
+    assert attempts_summary(executor.attempts) == [(1, AttemptOutcome.FAILED, kind)]
+    assert only_execution(executor).stop is StopReason.NOT_RETRYABLE
     assert ctx.lifecycle.state is RunState.RUNNING
 
 
 def test_the_operations_own_budget_refusal_is_recorded_and_not_retried() -> None:
-    ctx, _ = _run(budget=limits(model_calls=1))
+    ctx, _ = run_on_clock(budget=limits(model_calls=1))
     model = FakeModel([HarnessFailure(FailureKind.TRANSPORT), FakeResponse("unreached")])
     executor = HarnessRetryExecutor(ctx)
 
@@ -463,11 +427,11 @@ def test_the_operations_own_budget_refusal_is_recorded_and_not_retried() -> None
         executor.execute(ROUTER, model.complete, ctx, "p")
 
     assert model.calls == 1
-    assert _summary(executor.attempts) == [
+    assert attempts_summary(executor.attempts) == [
         (1, AttemptOutcome.FAILED, FailureKind.TRANSPORT),
         (2, AttemptOutcome.FAILED, FailureKind.BUDGET_EXHAUSTED),
     ]
-    assert _only(executor).stop is StopReason.NOT_RETRYABLE
+    assert only_execution(executor).stop is StopReason.NOT_RETRYABLE
     assert ctx.lifecycle.state is RunState.BUDGET_EXHAUSTED
 
 
@@ -477,14 +441,14 @@ def test_the_operations_own_budget_refusal_is_recorded_and_not_retried() -> None
     ids=lambda e: type(e).__name__,
 )
 def test_an_unclassified_exception_is_unknown_and_never_retried(error: Exception) -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     operation = Scripted([error, "unreached"], clock)
     executor = HarnessRetryExecutor(ctx)
     with pytest.raises(type(error)) as raised:
         executor.execute(RetryPolicy("all", 6, TECHNICAL), operation)
     assert raised.value is error
     assert len(operation.calls) == 1
-    assert _summary(executor.attempts) == [(1, AttemptOutcome.FAILED, FailureKind.UNKNOWN)]
+    assert attempts_summary(executor.attempts) == [(1, AttemptOutcome.FAILED, FailureKind.UNKNOWN)]
 
 
 @pytest.mark.parametrize(
@@ -495,7 +459,7 @@ def test_an_unclassified_exception_is_unknown_and_never_retried(error: Exception
 def test_base_exceptions_propagate_at_once_and_are_recorded_as_interrupted(
     interrupt: BaseException,
 ) -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     operation = Scripted([interrupt, "unreached"], clock, step_ns=3)
     seen: list[Exception] = []
 
@@ -514,7 +478,7 @@ def test_base_exceptions_propagate_at_once_and_are_recorded_as_interrupted(
     assert executor.attempts == (
         AttemptRecord("all", 1, AttemptOutcome.INTERRUPTED, None, 1_000, 1_003),
     )
-    execution = _only(executor)
+    execution = only_execution(executor)
     assert (execution.stop, execution.state) == (StopReason.INTERRUPTED, RetryState.FAILED)
     assert interrupt.harness_execution == execution  # type: ignore[attr-defined]
     assert ctx.lifecycle.state is RunState.RUNNING
@@ -524,7 +488,7 @@ def test_base_exceptions_propagate_at_once_and_are_recorded_as_interrupted(
 
 
 def test_a_classifier_maps_sdk_exceptions_to_kinds() -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
 
     def classify(error: Exception) -> FailureKind | None:
         if isinstance(error, ConnectionResetError):
@@ -548,17 +512,19 @@ def test_a_classifier_maps_sdk_exceptions_to_kinds() -> None:
 
 
 def test_an_explicit_harness_failure_kind_wins_over_the_classifier() -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     executor = HarnessRetryExecutor(ctx, classifier=lambda _: FailureKind.TRANSPORT)
     operation = Scripted([HarnessFailure(FailureKind.NO_EVIDENCE), "unreached"], clock)
     with pytest.raises(HarnessFailure):
         executor.execute(ROUTER, operation)
-    assert _summary(executor.attempts) == [(1, AttemptOutcome.FAILED, FailureKind.NO_EVIDENCE)]
+    assert attempts_summary(executor.attempts) == [
+        (1, AttemptOutcome.FAILED, FailureKind.NO_EVIDENCE)
+    ]
 
 
 @pytest.mark.parametrize("returned", ["transport", "TRANSPORT", 1, True, RunState.FAILED], ids=repr)
 def test_a_classifier_returning_a_non_kind_raises_type_error(returned: Any) -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     error = ConnectionResetError("reset")
     executor = HarnessRetryExecutor(ctx, classifier=lambda _: returned)
     with pytest.raises(TypeError, match="classifier returned") as raised:
@@ -569,7 +535,7 @@ def test_a_classifier_returning_a_non_kind_raises_type_error(returned: Any) -> N
 def test_the_attempt_is_recorded_when_the_classifier_returns_a_non_kind() -> None:
     # BUG: the operation was invoked once, but no AttemptRecord and no ExecutionRecord exist,
     # because the classifier's TypeError escapes _failed() before the attempt is appended.
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     operation = Scripted([ConnectionResetError("reset"), "unreached"], clock)
     executor = HarnessRetryExecutor(ctx, classifier=lambda _: "transport")  # type: ignore[arg-type,return-value]
     with pytest.raises(TypeError):
@@ -584,12 +550,12 @@ def test_the_attempt_is_recorded_when_the_classifier_returns_a_non_kind() -> Non
 
 def test_a_policy_name_is_looked_up_in_the_runs_policies() -> None:
     custom = RetryPolicies([RetryPolicy("planner", 3, frozenset({FailureKind.TIMEOUT}))])
-    ctx, clock = _run(retry_policies=custom)
+    ctx, clock = run_on_clock(retry_policies=custom)
     failure = HarnessFailure(FailureKind.TIMEOUT)
     operation = Scripted([failure, failure, "third"], clock)
     executor = HarnessRetryExecutor(ctx)
     assert executor.execute("planner", operation) == "third"
-    assert _only(executor).policy == "planner"
+    assert only_execution(executor).policy == "planner"
     with pytest.raises(KeyError, match="intent_router"):
         executor.execute("intent_router", operation)  # not among this run's policies
     assert len(operation.calls) == 3
@@ -597,7 +563,7 @@ def test_a_policy_name_is_looked_up_in_the_runs_policies() -> None:
 
 @pytest.mark.parametrize("policy", [None, 2, b"intent_router", ("intent_router",)], ids=repr)
 def test_a_policy_that_is_neither_a_policy_nor_a_name_is_a_type_error(policy: Any) -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     operation = Scripted(["unreached"], clock)
     executor = HarnessRetryExecutor(ctx)
     with pytest.raises(TypeError, match="policy"):
@@ -607,7 +573,7 @@ def test_a_policy_that_is_neither_a_policy_nor_a_name_is_a_type_error(policy: An
 
 
 def test_an_unknown_policy_name_invokes_nothing() -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     operation = Scripted(["unreached"], clock)
     executor = HarnessRetryExecutor(ctx)
     with pytest.raises(KeyError, match="no retry policy named 'nope'"):
@@ -624,14 +590,14 @@ def test_executor_needs_a_run_context(ctx: Any) -> None:
 
 @given(classifier=not_callable.filter(lambda value: value is not None))  # None: no classifier
 def test_executor_refuses_a_classifier_that_is_not_callable(classifier: Any) -> None:
-    ctx, _ = _run()
+    ctx, _ = run_on_clock()
     with pytest.raises(TypeError, match="classifier"):
         HarnessRetryExecutor(ctx, classifier=classifier)
 
 
 @pytest.mark.parametrize("backoff", [1.0, {"initial": 1}, "exponential", Backoff], ids=repr)
 def test_executor_refuses_a_backoff_that_is_not_a_backoff(backoff: Any) -> None:
-    ctx, _ = _run()
+    ctx, _ = run_on_clock()
     with pytest.raises(TypeError, match="backoff"):
         HarnessRetryExecutor(ctx, backoff=backoff)
 
@@ -658,7 +624,7 @@ def pauses(monkeypatch: pytest.MonkeyPatch) -> PauseRecorder:
 def test_a_zero_delay_makes_no_wait_call_at_all(
     backoff: Backoff | None, pauses: PauseRecorder
 ) -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     failure = HarnessFailure(FailureKind.TRANSPORT)
     executor = HarnessRetryExecutor(ctx, backoff=backoff)
     assert executor.execute(THREE_TRIES, Scripted([failure, failure, "ok"], clock)) == "ok"
@@ -668,7 +634,7 @@ def test_a_zero_delay_makes_no_wait_call_at_all(
 def test_a_positive_delay_waits_once_per_retry_with_the_backoff_delay(
     pauses: PauseRecorder,
 ) -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     failure = HarnessFailure(FailureKind.TRANSPORT)
     executor = HarnessRetryExecutor(ctx, backoff=Backoff(initial=0.25, multiplier=2))
 
@@ -680,7 +646,7 @@ def test_a_positive_delay_waits_once_per_retry_with_the_backoff_delay(
 
 
 def test_no_wait_after_the_last_attempt_or_a_non_retryable_failure(pauses: PauseRecorder) -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     failure = HarnessFailure(FailureKind.TRANSPORT)
     executor = HarnessRetryExecutor(ctx, backoff=Backoff(initial=5))
     with pytest.raises(HarnessFailure):
@@ -721,14 +687,14 @@ def test_a_backoff_never_sleeps_past_the_deadline() -> None:
     assert isinstance(error, RunTimedOut)
     assert len(operation.calls) == 1
     assert ctx.lifecycle.state is RunState.TIMED_OUT
-    execution = _only(executor)
+    execution = only_execution(executor)
     assert (execution.stop, execution.state) == (StopReason.RUN_TERMINATED, RetryState.STOPPED)
 
 
 def test_a_backoff_ends_early_when_the_run_is_cancelled_from_another_thread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    ctx, clock = _run(timeout=600)
+    ctx, clock = run_on_clock(timeout=600)
     waiting = threading.Event()
     real_pause = retry_module.pause
 
@@ -751,7 +717,7 @@ def test_a_backoff_ends_early_when_the_run_is_cancelled_from_another_thread(
     (error,) = outcome
     assert isinstance(error, RunCancelled)
     assert len(operation.calls) == 1
-    assert _only(executor).stop is StopReason.RUN_TERMINATED
+    assert only_execution(executor).stop is StopReason.RUN_TERMINATED
 
 
 FAR = [
@@ -765,7 +731,7 @@ FAR = [
 @pytest.mark.parametrize("far", FAR)
 def test_a_backoff_under_a_far_deadline_waits_its_delay(far: dict[str, Any]) -> None:
     """The wait lasts the delay or the capped time left: no overflow, whatever the deadline."""
-    ctx, clock = _run(**far)
+    ctx, clock = run_on_clock(**far)
     operation = Scripted([HarnessFailure(FailureKind.TRANSPORT), "ok"], clock)
     executor = HarnessRetryExecutor(ctx, backoff=Backoff(initial=0.001, maximum=0.001))
 
@@ -780,7 +746,7 @@ def test_a_backoff_under_a_far_deadline_waits_its_delay(far: dict[str, Any]) -> 
 def test_a_huge_backoff_under_a_far_deadline_waits_until_the_run_is_cancelled(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    ctx, clock = _run(deadline=Deadline.at_ns(10**400))
+    ctx, clock = run_on_clock(deadline=Deadline.at_ns(10**400))
     waiting = threading.Event()
     real_pause = retry_module.pause
 
@@ -813,7 +779,7 @@ def test_a_backoff_longer_than_one_capped_wait_waits_again_for_the_rest(
     The cap is lowered to 10 ms so that a 50 ms backoff spans five capped waits.
     """
     monkeypatch.setattr(Deadline, "MAX_WAIT_SECONDS", 0.01)
-    ctx, clock = _run(deadline=Deadline.at_ns(10**400))
+    ctx, clock = run_on_clock(deadline=Deadline.at_ns(10**400))
     operation = Scripted([HarnessFailure(FailureKind.TRANSPORT), "ok"], clock)
     executor = HarnessRetryExecutor(ctx, backoff=Backoff(initial=0.05, maximum=0.05))
 
@@ -831,7 +797,7 @@ def test_an_interrupt_during_the_backoff_keeps_the_executions_record(
 ) -> None:
     # BUG: a KeyboardInterrupt (or SystemExit) while waiting between attempts propagates, but the
     # execution -- with its actual, failed first attempt -- is never stored or attached.
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
 
     def interrupted(ctx: RunContext, seconds: float) -> None:
         raise KeyboardInterrupt
@@ -842,7 +808,9 @@ def test_an_interrupt_during_the_backoff_keeps_the_executions_record(
     with pytest.raises(KeyboardInterrupt):
         executor.execute(ROUTER, operation)
     assert len(operation.calls) == 1
-    assert _summary(executor.attempts) == [(1, AttemptOutcome.FAILED, FailureKind.TRANSPORT)]
+    assert attempts_summary(executor.attempts) == [
+        (1, AttemptOutcome.FAILED, FailureKind.TRANSPORT)
+    ]
 
 
 # -- concurrency ----------------------------------------------------------------------------------
@@ -850,7 +818,7 @@ def test_an_interrupt_during_the_backoff_keeps_the_executions_record(
 
 def test_concurrent_executions_on_one_executor_are_all_recorded_correctly() -> None:
     threads, runs = 8, 40
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     executor = HarnessRetryExecutor(ctx)
     barrier = threading.Barrier(threads)
     policies = [RetryPolicy(f"worker-{i}", 3, TECHNICAL) for i in range(threads)]

@@ -37,11 +37,17 @@ from diagnosis_harness import (
     SystemClock,
 )
 from diagnosis_harness._generated.tables import RetryState
+from diagnosis_harness.conformance.suite._support import (
+    AsyncScripted,
+    attempts_summary,
+    only_execution,
+    run_on_clock,
+)
 from diagnosis_harness.testing import FakeModel, FakeResponse
 from strategies import limits, new_run
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Coroutine, Iterable
+    from collections.abc import Awaitable, Coroutine
 
     from diagnosis_harness import RunTerminated
 
@@ -61,47 +67,6 @@ BOUND = 10.0  # seconds a wait may take before the test calls it a hang
 
 def _run_async(coroutine: Coroutine[Any, Any, None]) -> None:
     asyncio.run(asyncio.wait_for(coroutine, BOUND * 2))
-
-
-@dataclass
-class AsyncScripted:
-    """An async operation that plays a script (return an item, or raise it if an exception)."""
-
-    script: list[object]
-    clock: ManualClock | None = None
-    step_ns: int = 7
-    before: Callable[[int], None] | None = None  # runs first in invocation n (from 1)
-    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = field(default_factory=list)
-    spans: list[tuple[int, int]] = field(default_factory=list)
-
-    async def __call__(self, *args: Any, **kwargs: Any) -> object:
-        self.calls.append((args, kwargs))
-        if self.before is not None:
-            self.before(len(self.calls))
-        started = self.clock.monotonic_ns() if self.clock else 0
-        await asyncio.sleep(0)  # a real suspension point inside the attempt
-        if self.clock is not None:
-            self.clock.advance_ns(self.step_ns)
-        ended = self.clock.monotonic_ns() if self.clock else 0
-        self.spans.append((started, ended))
-        item = self.script[len(self.calls) - 1]
-        if isinstance(item, BaseException):
-            raise item
-        return item
-
-
-def _run(clock: ManualClock | None = None, **kwargs: Any) -> tuple[RunContext, ManualClock]:
-    clock = ManualClock(1_000) if clock is None else clock
-    return new_run(clock=clock, **kwargs), clock
-
-
-def _only(executor: HarnessRetryExecutor) -> ExecutionRecord:
-    (execution,) = executor.executions
-    return execution
-
-
-def _summary(attempts: Iterable[AttemptRecord]) -> list[tuple[int, AttemptOutcome, object]]:
-    return [(a.number, a.outcome, a.failure) for a in attempts]
 
 
 # The seed scenarios are shown in src/diagnosis_harness/conformance/suite/test_harness_retry.py.
@@ -132,7 +97,7 @@ def _end_run(how: str, ctx: RunContext, clock: ManualClock) -> None:
 def test_a_run_over_before_the_first_attempt_never_awaits_the_operation(
     how: str, error: type[RunTerminated]
 ) -> None:
-    ctx, clock = _run(budget=limits(output_tokens=10))
+    ctx, clock = run_on_clock(budget=limits(output_tokens=10))
     _end_run(how, ctx, clock)
     operation = AsyncScripted(["unreached"], clock)
     executor = HarnessRetryExecutor(ctx)
@@ -143,7 +108,7 @@ def test_a_run_over_before_the_first_attempt_never_awaits_the_operation(
 
     _run_async(main())
     assert operation.calls == []
-    assert _only(executor) == ExecutionRecord(
+    assert only_execution(executor) == ExecutionRecord(
         "three", (), StopReason.RUN_TERMINATED, RetryState.STOPPED, ctx.lifecycle.termination
     )
 
@@ -152,7 +117,7 @@ def test_a_run_over_before_the_first_attempt_never_awaits_the_operation(
 def test_a_run_ended_during_an_attempt_rejects_the_next_async_attempt(
     how: str, error: type[RunTerminated]
 ) -> None:
-    ctx, clock = _run(budget=limits(output_tokens=10))
+    ctx, clock = run_on_clock(budget=limits(output_tokens=10))
     operation = AsyncScripted(
         [HarnessFailure(FailureKind.SERVER_ERROR), "unreached"],
         clock,
@@ -166,8 +131,10 @@ def test_a_run_ended_during_an_attempt_rejects_the_next_async_attempt(
 
     _run_async(main())
     assert len(operation.calls) == 1
-    execution = _only(executor)
-    assert _summary(execution.attempts) == [(1, AttemptOutcome.FAILED, FailureKind.SERVER_ERROR)]
+    execution = only_execution(executor)
+    assert attempts_summary(execution.attempts) == [
+        (1, AttemptOutcome.FAILED, FailureKind.SERVER_ERROR)
+    ]
     assert execution.stop is StopReason.RUN_TERMINATED
 
 
@@ -175,7 +142,7 @@ def test_a_run_ended_during_an_attempt_rejects_the_next_async_attempt(
 
 
 def test_async_records_use_the_clocks_timestamps_and_pass_arguments() -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     failure = HarnessFailure(FailureKind.RATE_LIMITED)
     operation = AsyncScripted([failure, failure, "third"], clock, step_ns=100)
     executor = HarnessRetryExecutor(ctx)
@@ -193,7 +160,7 @@ def test_async_records_use_the_clocks_timestamps_and_pass_arguments() -> None:
 
 
 def test_async_final_failure_reraises_the_same_exception_with_its_history() -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     first = HarnessFailure(FailureKind.TRANSPORT)
     last = HarnessFailure(FailureKind.TRANSPORT)
     executor = HarnessRetryExecutor(ctx)
@@ -204,7 +171,7 @@ def test_async_final_failure_reraises_the_same_exception_with_its_history() -> N
         assert raised.value is last
 
     _run_async(main())
-    record = _only(executor)
+    record = only_execution(executor)
     assert record.stop is StopReason.ATTEMPTS_EXHAUSTED
     assert last.harness_execution == record  # type: ignore[attr-defined]
     notes: list[str] = getattr(last, "__notes__", [])
@@ -223,7 +190,7 @@ def test_async_final_failure_reraises_the_same_exception_with_its_history() -> N
 def test_async_non_retryable_failures_are_raised_after_one_attempt(
     error: Exception, kind: FailureKind
 ) -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     operation = AsyncScripted([error, "unreached"], clock)
     executor = HarnessRetryExecutor(ctx)
 
@@ -234,11 +201,11 @@ def test_async_non_retryable_failures_are_raised_after_one_attempt(
 
     _run_async(main())
     assert len(operation.calls) == 1
-    assert _summary(executor.attempts) == [(1, AttemptOutcome.FAILED, kind)]
+    assert attempts_summary(executor.attempts) == [(1, AttemptOutcome.FAILED, kind)]
 
 
 def test_async_classifier_is_used() -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     executor = HarnessRetryExecutor(
         ctx,
         classifier=lambda e: FailureKind.SERVER_ERROR if isinstance(e, OSError) else None,
@@ -253,7 +220,7 @@ def test_async_classifier_is_used() -> None:
 
 
 def test_async_budget_refused_inside_the_operation_is_not_retried() -> None:
-    ctx, _ = _run(budget=limits(model_calls=1))
+    ctx, _ = run_on_clock(budget=limits(model_calls=1))
     model = FakeModel([HarnessFailure(FailureKind.TRANSPORT), FakeResponse("unreached")])
 
     async def call() -> FakeResponse:
@@ -284,7 +251,7 @@ def test_async_budget_refused_inside_the_operation_is_not_retried() -> None:
 def test_async_base_exceptions_propagate_at_once_recorded_as_interrupted(
     interrupt: BaseException,
 ) -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     operation = AsyncScripted([interrupt, "unreached"], clock, step_ns=5)
     executor = HarnessRetryExecutor(ctx, classifier=lambda _: FailureKind.TRANSPORT)
     caught: list[BaseException] = []
@@ -301,14 +268,14 @@ def test_async_base_exceptions_propagate_at_once_recorded_as_interrupted(
     assert executor.attempts == (
         AttemptRecord("all", 1, AttemptOutcome.INTERRUPTED, None, 1_000, 1_005),
     )
-    assert (_only(executor).stop, _only(executor).state) == (
+    assert (only_execution(executor).stop, only_execution(executor).state) == (
         StopReason.INTERRUPTED,
         RetryState.FAILED,
     )
 
 
 def test_cancelling_the_task_during_an_attempt_is_recorded_and_propagates() -> None:
-    ctx, _ = _run()
+    ctx, _ = run_on_clock()
     started = asyncio.Event()
     calls: list[int] = []
 
@@ -332,14 +299,14 @@ def test_cancelling_the_task_during_an_attempt_is_recorded_and_propagates() -> N
     assert calls == [1]
     (attempt,) = executor.attempts
     assert (attempt.outcome, attempt.failure) == (AttemptOutcome.INTERRUPTED, None)
-    assert _only(executor).stop is StopReason.INTERRUPTED
+    assert only_execution(executor).stop is StopReason.INTERRUPTED
     assert ctx.lifecycle.state is RunState.RUNNING  # a cancelled task is not a cancelled run
 
 
 def test_cancelling_the_task_during_the_backoff_keeps_the_executions_record() -> None:
     # BUG: a task cancelled while waiting between attempts loses its execution: the actual first
     # attempt is never stored (executor.attempts stays empty) nor attached to the CancelledError.
-    ctx, clock = _run(timeout=600)
+    ctx, clock = run_on_clock(timeout=600)
     entered = asyncio.Event()
     operation = AsyncScripted([HarnessFailure(FailureKind.TRANSPORT), "unreached"], clock)
     executor = HarnessRetryExecutor(ctx, backoff=Backoff(initial=60, maximum=60))
@@ -362,7 +329,9 @@ def test_cancelling_the_task_during_the_backoff_keeps_the_executions_record() ->
         asyncio.run(asyncio.wait_for(main(), BOUND))
 
     assert len(operation.calls) == 1
-    assert _summary(executor.attempts) == [(1, AttemptOutcome.FAILED, FailureKind.TRANSPORT)]
+    assert attempts_summary(executor.attempts) == [
+        (1, AttemptOutcome.FAILED, FailureKind.TRANSPORT)
+    ]
 
 
 # -- backoff --------------------------------------------------------------------------------------
@@ -387,7 +356,7 @@ def pauses(monkeypatch: pytest.MonkeyPatch) -> AsyncPauseRecorder:
 def test_async_zero_delay_makes_no_wait_call(
     backoff: Backoff | None, pauses: AsyncPauseRecorder
 ) -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     failure = HarnessFailure(FailureKind.TIMEOUT)
     executor = HarnessRetryExecutor(ctx, backoff=backoff)
 
@@ -400,7 +369,7 @@ def test_async_zero_delay_makes_no_wait_call(
 
 
 def test_async_positive_delay_waits_once_per_retry(pauses: AsyncPauseRecorder) -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     failure = HarnessFailure(FailureKind.TIMEOUT)
     executor = HarnessRetryExecutor(ctx, backoff=Backoff(initial=2, multiplier=3, maximum=100))
 
@@ -431,7 +400,7 @@ def test_async_backoff_never_sleeps_past_the_deadline() -> None:
     asyncio.run(main())  # an asyncio.TimeoutError here would mean the backoff outlived the run
     assert calls == [1]
     assert ctx.lifecycle.state is RunState.TIMED_OUT
-    assert _only(executor).stop is StopReason.RUN_TERMINATED
+    assert only_execution(executor).stop is StopReason.RUN_TERMINATED
 
 
 FAR = [
@@ -445,7 +414,7 @@ FAR = [
 @pytest.mark.parametrize("far", FAR)
 def test_async_backoff_under_a_far_deadline_waits_its_delay(far: dict[str, Any]) -> None:
     """The wait lasts the delay or the capped time left: no overflow, whatever the deadline."""
-    ctx, clock = _run(**far)
+    ctx, clock = run_on_clock(**far)
     operation = AsyncScripted([HarnessFailure(FailureKind.TRANSPORT), "ok"], clock)
     executor = HarnessRetryExecutor(ctx, backoff=Backoff(initial=0.001, maximum=0.001))
 
@@ -457,7 +426,7 @@ def test_async_backoff_under_a_far_deadline_waits_its_delay(far: dict[str, Any])
 
 
 def test_async_huge_backoff_under_a_far_deadline_waits_until_the_run_is_cancelled() -> None:
-    ctx, clock = _run(deadline=Deadline.at_ns(10**400))
+    ctx, clock = run_on_clock(deadline=Deadline.at_ns(10**400))
     entered = asyncio.Event()
     operation = AsyncScripted([HarnessFailure(FailureKind.TRANSPORT), "unreached"], clock)
     executor = HarnessRetryExecutor(ctx, backoff=Backoff(initial=1e300, maximum=1e300))
@@ -488,7 +457,7 @@ def test_async_backoff_longer_than_one_capped_wait_waits_again_for_the_rest(
     The cap is lowered to 10 ms so that a 50 ms backoff spans five capped waits.
     """
     monkeypatch.setattr(Deadline, "MAX_WAIT_SECONDS", 0.01)
-    ctx, clock = _run(deadline=Deadline.at_ns(10**400))
+    ctx, clock = run_on_clock(deadline=Deadline.at_ns(10**400))
     operation = AsyncScripted([HarnessFailure(FailureKind.TRANSPORT), "ok"], clock)
     executor = HarnessRetryExecutor(ctx, backoff=Backoff(initial=0.05, maximum=0.05))
 
@@ -506,7 +475,7 @@ def test_async_backoff_longer_than_one_capped_wait_waits_again_for_the_rest(
 
 
 def test_concurrent_async_executions_share_one_executor() -> None:
-    ctx, clock = _run()
+    ctx, clock = run_on_clock()
     executor = HarnessRetryExecutor(ctx)
     count = 30
     operations = [

@@ -23,8 +23,6 @@ from strategies import (
     not_positive_int,
 )
 
-REQUIREMENT = "Harness retry SHALL be typed, bounded, and recorded"
-
 TECHNICAL_KINDS = frozenset(
     {
         FailureKind.TRANSPORT,

@@ -34,6 +34,7 @@ from diagnosis_harness.conformance import (
     table_coverage,
     write_reports,
 )
+from diagnosis_harness.conformance.suite._support import TERMINAL
 
 if TYPE_CHECKING:
     from diagnosis_harness.conformance import TestOutcome
@@ -87,7 +88,7 @@ def _sample(parsed: ParsedSpec, coverage: dict[str, dict[int, int]] | None = COV
     results.append(
         TestResult(
             nodeid="tests/test_sample.py::test_typo",
-            requirement="A Run SHALL have exactly one terminal outcome",
+            requirement=TERMINAL,
             scenario="Success wins the terminal race",
             outcome="passed",
         )

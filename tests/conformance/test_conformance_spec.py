@@ -26,6 +26,17 @@ from diagnosis_harness.conformance import (
     parse_spec,
     slugify,
 )
+from diagnosis_harness.conformance.suite._support import (
+    BUDGETS,
+    DEADLINE,
+    HIDDEN_RETRY,
+    INDEPENDENCE,
+    PRIMITIVES,
+    RETRY,
+    RUN_CONTEXT,
+    TERMINAL,
+)
+from diagnosis_harness.conformance.suite._support import REQUIREMENTS as SPEC_REQUIREMENTS
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"
@@ -34,37 +45,37 @@ MARKDOWN = REPO / "specs" / "diagnosis-harness-run-context" / "spec.md"
 PLAIN = FIXTURES / "seed-spec.txt"
 CAPABILITY = "diagnosis-harness-run-context"
 
+# The spec's requirements and their scenarios, in the spec's order: the parser's expected output,
+# and the check that the shared requirement names are exactly the spec's.
 REQUIREMENTS = {
-    "RunContext SHALL be explicit and structurally immutable": [
+    RUN_CONTEXT: [
         "Context crosses an asynchronous boundary",
         "Invalid identity starts a Run",
     ],
-    "Deadline and cancellation SHALL stop subsequent controlled work": [
+    DEADLINE: [
         "Deadline expires before a Tool call",
         "Client disconnects",
     ],
-    "Run budgets SHALL be explicit, thread-safe, and observable": [
+    BUDGETS: [
         "Per-Tool budget is exhausted",
         "Actual Token usage exceeds the limit",
     ],
-    "A Run SHALL have exactly one terminal outcome": [
+    TERMINAL: [
         "Success wins a terminal race",
         "Budget exhaustion wins a terminal race",
     ],
-    "Harness retry SHALL be typed, bounded, and recorded": [
+    RETRY: [
         "Router transport failure succeeds on retry",
         "Tool call fails",
         "Run is cancelled between attempts",
     ],
-    "Spring AI hidden retry SHALL be disabled": ["Retry configuration is loaded"],
-    "Tool invocation key and Run capacity primitives SHALL be safe and store-independent": [
+    HIDDEN_RETRY: ["Retry configuration is loaded"],
+    PRIMITIVES: [
         "Framework Tool Call ID is used in a key",
         "Unsafe key segment is supplied",
         "Run byte limit would be exceeded",
     ],
-    "Harness Core SHALL remain independent from current runtime and persistence": [
-        "Stage 2 implementation completes"
-    ],
+    INDEPENDENCE: ["Stage 2 implementation completes"],
 }
 
 
@@ -95,7 +106,7 @@ def test_both_forms_give_the_eight_requirements_and_sixteen_scenarios(
     assert parsed.spec.capability == CAPABILITY
     names = {r.name: [s.name for s in r.scenarios] for r in parsed.spec.requirements}
     assert names == REQUIREMENTS
-    assert list(names) == list(REQUIREMENTS)  # in spec order
+    assert list(names) == list(REQUIREMENTS) == list(SPEC_REQUIREMENTS)  # in spec order
     assert len(parsed.spec.requirements) == 8
     assert len(parsed.spec.scenarios) == 16
 
@@ -134,9 +145,7 @@ def test_the_plain_form_is_valid_but_noted_as_unreadable_by_openspec(plain: Pars
 
 def test_steps_and_lines_of_the_markdown_form(markdown: ParsedSpec) -> None:
     first = markdown.spec.requirements[0]
-    assert first.line == _line_of(
-        MARKDOWN, "RunContext SHALL be explicit and structurally immutable"
-    )
+    assert first.line == _line_of(MARKDOWN, RUN_CONTEXT)
     assert "SHALL create, through `RunContext.create`" in first.text
     scenario = first.scenarios[0]
     assert scenario.line == _line_of(MARKDOWN, "Context crosses an asynchronous boundary")
@@ -145,7 +154,7 @@ def test_steps_and_lines_of_the_markdown_form(markdown: ParsedSpec) -> None:
     assert scenario.steps[0].text.startswith("a Fake Tool runs on another thread")
     deadline = find_scenario(
         markdown.spec,
-        "Deadline and cancellation SHALL stop subsequent controlled work",
+        DEADLINE,
         "Deadline expires before a Tool call",
     )
     assert deadline is not None
@@ -164,9 +173,7 @@ def test_the_plain_form_folds_and_steps_into_then(markdown: ParsedSpec, plain: P
         assert keywords[:2] == ["WHEN", "THEN"]
         assert set(keywords[2:]) <= {"AND"}
     first = plain.spec.requirements[0]
-    assert first.line == _line_of(
-        PLAIN, "Requirement: RunContext SHALL be explicit and structurally immutable"
-    )
+    assert first.line == _line_of(PLAIN, f"Requirement: {RUN_CONTEXT}")
     assert first.scenarios[0].steps[0].line == first.scenarios[0].line + 2
 
 
@@ -207,8 +214,8 @@ def test_parsed_specs_are_frozen(markdown: ParsedSpec) -> None:
 @pytest.mark.parametrize(
     ("name", "slug"),
     [
-        ("RunContext SHALL be explicit and structurally immutable", None),
-        ("Run budgets SHALL be explicit, thread-safe, and observable", None),
+        (RUN_CONTEXT, None),
+        (BUDGETS, None),
         ("  Hello,  World!! ", "hello-world"),
         ("snake_case and `code`", "snake-case-and-code"),
         ("Per-Tool budget is exhausted", "per-tool-budget-is-exhausted"),
@@ -448,8 +455,6 @@ def test_a_wrapped_plain_step_continues_the_step() -> None:
 
 # --- lookups and hints ---------------------------------------------------------------------------
 
-TERMINAL = "A Run SHALL have exactly one terminal outcome"
-
 
 def test_find_scenario_needs_exact_names(markdown: ParsedSpec) -> None:
     found = find_scenario(markdown.spec, TERMINAL, "Success wins a terminal race")
@@ -473,10 +478,10 @@ def test_find_scenario_needs_exact_names(markdown: ParsedSpec) -> None:
         # case and spacing
         (TERMINAL.lower(), "success  wins a terminal race", "Success wins a terminal race"),
         # the right scenario under the wrong requirement
-        ("Spring AI hidden retry SHALL be disabled", "Tool call fails", "Tool call fails"),
+        (HIDDEN_RETRY, "Tool call fails", "Tool call fails"),
         # a typo in both
         (
-            "A Run SHALL have exactly one terminal outcom",
+            TERMINAL[:-1],
             "Succes wins a terminal race",
             "Success wins a terminal race",
         ),
@@ -493,8 +498,7 @@ def test_nearest_match(
 def test_nearest_scenario_is_a_ready_hint(markdown: ParsedSpec) -> None:
     hint = nearest_scenario(markdown.spec, TERMINAL, "Success wins the terminal race")
     assert hint == (
-        'did you mean @pytest.mark.spec("A Run SHALL have exactly one terminal outcome", '
-        '"Success wins a terminal race")?'
+        f'did you mean @pytest.mark.spec("{TERMINAL}", "Success wins a terminal race")?'
     )
     assert nearest_scenario(markdown.spec, TERMINAL, "Success wins a terminal race") is None
     assert nearest_scenario(markdown.spec, "Quantum flux", "Capacitor overheats badly") is None

@@ -33,6 +33,7 @@ from diagnosis_harness import (
     RunContext,
     StopReason,
 )
+from diagnosis_harness.conformance.suite._support import HIDDEN_RETRY
 from diagnosis_harness.integrations import (
     ModelClientConfig,
     anthropic_client,
@@ -45,7 +46,6 @@ from diagnosis_harness.integrations import (
 )
 from diagnosis_harness.testing import ManualClock
 
-REQUIREMENT = "Spring AI hidden retry SHALL be disabled"
 APPLICATION_YAML = Path(__file__).resolve().parents[2] / "config" / "application.yaml"
 KEY = "test-key-not-a-secret"
 OPENAI_PATH = "/v1/chat/completions"
@@ -285,7 +285,7 @@ FAILED_500 = (AttemptOutcome.FAILED, FailureKind.SERVER_ERROR)
 SUCCEEDED = (AttemptOutcome.SUCCEEDED, None)
 
 
-@pytest.mark.spec(REQUIREMENT, "Retry configuration is loaded")
+@pytest.mark.spec(HIDDEN_RETRY, "Retry configuration is loaded")
 @sdks
 def test_intent_router_retry_is_one_more_request_and_one_more_recorded_attempt(
     server: ScriptedServer, sdk: Sdk

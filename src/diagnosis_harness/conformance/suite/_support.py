@@ -1,14 +1,14 @@
 """The small builders the suite's tests share; they use only the library's public API.
 
-(The repository's ``tests/strategies.py`` has the same builders for the unit tests; the suite
-keeps its own so that it runs from an installed wheel.)
+They ship with the suite so that it runs from an installed wheel, and the repository's own tests
+import them from here (``tests/strategies.py`` re-exports the builders), so each is written once.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from diagnosis_harness import BudgetLimits, ManualClock, RunContext
 
@@ -26,7 +26,16 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "BUDGETS",
+    "DEADLINE",
     "GENEROUS",
+    "HIDDEN_RETRY",
+    "INDEPENDENCE",
+    "PRIMITIVES",
+    "REQUIREMENTS",
+    "RETRY",
+    "RUN_CONTEXT",
+    "TERMINAL",
     "WHITESPACE",
     "AsyncScripted",
     "Scripted",
@@ -37,6 +46,32 @@ __all__ = [
     "run_on_clock",
     "state",
 ]
+
+# The spec's requirement names, verbatim, for ``@pytest.mark.spec(requirement, scenario)`` and for
+# whatever a test compares with a requirement's name. Every test, here and in the repository's
+# tests/, takes them from this one place, so a renamed requirement is changed once;
+# tests/conformance/test_conformance_spec.py checks that they are the spec's, in its order.
+RUN_CONTEXT: Final = "RunContext SHALL be explicit and structurally immutable"
+DEADLINE: Final = "Deadline and cancellation SHALL stop subsequent controlled work"
+BUDGETS: Final = "Run budgets SHALL be explicit, thread-safe, and observable"
+TERMINAL: Final = "A Run SHALL have exactly one terminal outcome"
+RETRY: Final = "Harness retry SHALL be typed, bounded, and recorded"
+HIDDEN_RETRY: Final = "Spring AI hidden retry SHALL be disabled"
+PRIMITIVES: Final = (
+    "Tool invocation key and Run capacity primitives SHALL be safe and store-independent"
+)
+INDEPENDENCE: Final = "Harness Core SHALL remain independent from current runtime and persistence"
+REQUIREMENTS: Final = (
+    RUN_CONTEXT,
+    DEADLINE,
+    BUDGETS,
+    TERMINAL,
+    RETRY,
+    HIDDEN_RETRY,
+    PRIMITIVES,
+    INDEPENDENCE,
+)
+"""Every requirement of the spec, in the spec's order."""
 
 # Every character str.strip() removes: a name made only of these is blank.
 WHITESPACE = (
@@ -114,7 +149,9 @@ def attempts_summary(
 class Scripted:
     """An operation that plays a script: each item is returned, or raised if an exception.
 
-    It advances ``clock`` by ``step_ns`` inside every invocation and remembers what it saw.
+    It advances ``clock`` by ``step_ns`` inside every invocation and remembers what it saw (its
+    arguments, and the clock's readings at its start and end), so a test can compare the records
+    with what actually happened.
     """
 
     script: list[object]
@@ -122,13 +159,16 @@ class Scripted:
     step_ns: int = 7
     before: Callable[[int], None] | None = None  # runs first in invocation n (from 1)
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = field(default_factory=list)
+    spans: list[tuple[int, int]] = field(default_factory=list)  # (start, end) ns of each
 
     def __call__(self, *args: Any, **kwargs: Any) -> object:
         self.calls.append((args, kwargs))
         if self.before is not None:
             self.before(len(self.calls))
+        started = self.clock.monotonic_ns() if self.clock else 0
         if self.clock is not None:
             self.clock.advance_ns(self.step_ns)
+        self.spans.append((started, self.clock.monotonic_ns() if self.clock else 0))
         item = self.script[len(self.calls) - 1]
         if isinstance(item, BaseException):
             raise item
@@ -137,21 +177,27 @@ class Scripted:
 
 @dataclass
 class AsyncScripted:
-    """An async operation that plays a script (return an item, or raise it if an exception)."""
+    """An async operation that plays a script (return an item, or raise it if an exception).
+
+    It remembers what it saw as :class:`Scripted` does.
+    """
 
     script: list[object]
     clock: ManualClock | None = None
     step_ns: int = 7
     before: Callable[[int], None] | None = None  # runs first in invocation n (from 1)
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = field(default_factory=list)
+    spans: list[tuple[int, int]] = field(default_factory=list)  # (start, end) ns of each
 
     async def __call__(self, *args: Any, **kwargs: Any) -> object:
         self.calls.append((args, kwargs))
         if self.before is not None:
             self.before(len(self.calls))
+        started = self.clock.monotonic_ns() if self.clock else 0
         await asyncio.sleep(0)  # a real suspension point inside the attempt
         if self.clock is not None:
             self.clock.advance_ns(self.step_ns)
+        self.spans.append((started, self.clock.monotonic_ns() if self.clock else 0))
         item = self.script[len(self.calls) - 1]
         if isinstance(item, BaseException):
             raise item

@@ -15,12 +15,10 @@ from diagnosis_harness import (
 )
 from diagnosis_harness.testing import FakeModel, FakeResponse, FakeTool
 
-from ._support import limits, new_run, state
+from ._support import BUDGETS, limits, new_run, state
 
 if TYPE_CHECKING:
     from diagnosis_harness import RunContext
-
-BUDGETS = "Run budgets SHALL be explicit, thread-safe, and observable"
 
 
 def _consistent(usage: BudgetUsage) -> None:

@@ -21,7 +21,8 @@ import pytest
 
 import diagnosis_harness
 
-INDEPENDENT = "Harness Core SHALL remain independent from current runtime and persistence"
+from ._support import INDEPENDENCE
+
 ALLOWED_TOP_LEVEL = {"statemachine", "diagnosis_harness"}
 FORBIDDEN = (
     "httpx",
@@ -83,7 +84,7 @@ def _imported_by_the_core() -> dict[str, list[str]]:
     return report
 
 
-@pytest.mark.spec(INDEPENDENT, "Stage 2 implementation completes")
+@pytest.mark.spec(INDEPENDENCE, "Stage 2 implementation completes")
 def test_stage_2_implementation_completes() -> None:
     modules = core_modules()
     for known in ("_context", "_budget", "_lifecycle", "_retry", "testing", "_generated.tables"):

@@ -16,12 +16,10 @@ from diagnosis_harness import (
 )
 from diagnosis_harness.testing import FakeModel, FakeResponse, FakeTool
 
-from ._support import new_run
+from ._support import DEADLINE, new_run
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-DEADLINE = "Deadline and cancellation SHALL stop subsequent controlled work"
 
 
 # -- Scenario: Deadline expires before a Tool call --------------------------------------------

@@ -29,14 +29,13 @@ from diagnosis_harness import (
 from diagnosis_harness._generated.tables import RetryState
 from diagnosis_harness.testing import FakeModel, FakeResponse, FakeTool
 
-from ._support import AsyncScripted, Scripted, attempts_summary, only_execution, run_on_clock
+from ._support import RETRY, AsyncScripted, Scripted, attempts_summary, only_execution, run_on_clock
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
     from diagnosis_harness import RunContext
 
-REQUIREMENT = "Harness retry SHALL be typed, bounded, and recorded"
 ROUTER = RetryPolicies.defaults()["intent_router"]
 BOUND = 10.0  # seconds a wait may take before the test calls it a hang
 
@@ -48,7 +47,7 @@ def _run_async(coroutine: Coroutine[Any, Any, None]) -> None:
 # -- Scenario: Router transport failure succeeds on retry -------------------------------------
 
 
-@pytest.mark.spec(REQUIREMENT, "Router transport failure succeeds on retry")
+@pytest.mark.spec(RETRY, "Router transport failure succeeds on retry")
 def test_router_transport_failure_succeeds_on_retry() -> None:
     ctx, _ = run_on_clock()
     router = FakeModel(
@@ -74,7 +73,7 @@ def test_router_transport_failure_succeeds_on_retry() -> None:
     assert ctx.budget.snapshot().model_calls == 2  # both attempts went through the MODEL gate
 
 
-@pytest.mark.spec(REQUIREMENT, "Router transport failure succeeds on retry")
+@pytest.mark.spec(RETRY, "Router transport failure succeeds on retry")
 def test_router_transport_failure_succeeds_on_retry_async() -> None:
     ctx, _ = run_on_clock()
     router = FakeModel([HarnessFailure(FailureKind.TRANSPORT), FakeResponse("intent: metrics")])
@@ -103,7 +102,7 @@ def test_router_transport_failure_succeeds_on_retry_async() -> None:
 # -- Scenario: Tool call fails ----------------------------------------------------------------
 
 
-@pytest.mark.spec(REQUIREMENT, "Tool call fails")
+@pytest.mark.spec(RETRY, "Tool call fails")
 def test_tool_call_fails() -> None:
     ctx, _ = run_on_clock()
     failure = HarnessFailure(FailureKind.TRANSPORT, "tool backend unreachable")
@@ -126,7 +125,7 @@ def test_tool_call_fails() -> None:
     assert ctx.budget.snapshot().tool_calls == 1
 
 
-@pytest.mark.spec(REQUIREMENT, "Tool call fails")
+@pytest.mark.spec(RETRY, "Tool call fails")
 def test_tool_call_fails_async() -> None:
     ctx, _ = run_on_clock()
     failure = HarnessFailure(FailureKind.TRANSPORT, "unreachable")
@@ -159,7 +158,7 @@ def test_tool_call_fails_async() -> None:
 # -- Scenario: Run is cancelled between attempts ----------------------------------------------
 
 
-@pytest.mark.spec(REQUIREMENT, "Run is cancelled between attempts")
+@pytest.mark.spec(RETRY, "Run is cancelled between attempts")
 def test_run_is_cancelled_between_attempts() -> None:
     ctx, clock = run_on_clock()
     failure = HarnessFailure(FailureKind.TRANSPORT)
@@ -186,7 +185,7 @@ def test_run_is_cancelled_between_attempts() -> None:
     assert raised.value.harness_execution == execution  # type: ignore[attr-defined]
 
 
-@pytest.mark.spec(REQUIREMENT, "Run is cancelled between attempts")
+@pytest.mark.spec(RETRY, "Run is cancelled between attempts")
 def test_run_is_cancelled_between_attempts_by_a_cancellation_callback() -> None:
     # The failure of the first attempt leads a resource's callback to cancel the whole run, the
     # way a client disconnect noticed by the transport would.
@@ -214,7 +213,7 @@ def test_run_is_cancelled_between_attempts_by_a_cancellation_callback() -> None:
     assert only_execution(executor).stop is StopReason.RUN_TERMINATED
 
 
-@pytest.mark.spec(REQUIREMENT, "Run is cancelled between attempts")
+@pytest.mark.spec(RETRY, "Run is cancelled between attempts")
 def test_run_is_cancelled_between_attempts_async() -> None:
     ctx, clock = run_on_clock()
 
@@ -240,7 +239,7 @@ def test_run_is_cancelled_between_attempts_async() -> None:
     assert execution.termination is ctx.lifecycle.termination
 
 
-@pytest.mark.spec(REQUIREMENT, "Run is cancelled between attempts")
+@pytest.mark.spec(RETRY, "Run is cancelled between attempts")
 def test_run_is_cancelled_between_attempts_during_the_async_backoff() -> None:
     ctx, clock = run_on_clock(timeout=600)
     operation = AsyncScripted([HarnessFailure(FailureKind.TRANSPORT), "unreached"], clock)

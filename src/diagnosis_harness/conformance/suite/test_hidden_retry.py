@@ -29,10 +29,11 @@ from diagnosis_harness.integrations import (
     load_model_client_config,
 )
 
+from ._support import HIDDEN_RETRY
+
 if TYPE_CHECKING:
     from pathlib import Path
 
-REQUIREMENT = "Spring AI hidden retry SHALL be disabled"
 HAVE_PYYAML = importlib.util.find_spec("yaml") is not None
 
 _SECTION = re.compile(r"^model_client:[ ]*(?:#.*)?$")
@@ -63,7 +64,7 @@ def _model_client_lines(text: str) -> dict[str, str]:
     return entries
 
 
-@pytest.mark.spec(REQUIREMENT, "Retry configuration is loaded")
+@pytest.mark.spec(HIDDEN_RETRY, "Retry configuration is loaded")
 def test_retry_configuration_is_loaded(tmp_path: Path) -> None:
     path = locate_config().path
     text = path.read_text(encoding="utf-8")

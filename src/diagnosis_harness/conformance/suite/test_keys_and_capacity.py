@@ -8,10 +8,10 @@ import pytest
 from diagnosis_harness import HarnessError, RunCapacityCounter, ToolCallKeyFactory, UnsafeKeySegment
 from diagnosis_harness._keys import MAX_SEGMENT_LENGTH
 
-REQUIREMENT = "Tool invocation key and Run capacity primitives SHALL be safe and store-independent"
+from ._support import PRIMITIVES
 
 
-@pytest.mark.spec(REQUIREMENT, "Framework Tool Call ID is used in a key")
+@pytest.mark.spec(PRIMITIVES, "Framework Tool Call ID is used in a key")
 def test_framework_tool_call_id_is_used_in_a_key() -> None:
     factory = ToolCallKeyFactory("diag.tool")
     framework_id = "call_0aB9-z.Q_"
@@ -25,7 +25,7 @@ def test_framework_tool_call_id_is_used_in_a_key() -> None:
     assert factory.key("run-2024.06_01", framework_id) == key
 
 
-@pytest.mark.spec(REQUIREMENT, "Unsafe key segment is supplied")
+@pytest.mark.spec(PRIMITIVES, "Unsafe key segment is supplied")
 def test_unsafe_key_segment_is_supplied() -> None:
     factory = ToolCallKeyFactory("tool")
     refused = {
@@ -47,7 +47,7 @@ def test_unsafe_key_segment_is_supplied() -> None:
             assert isinstance(caught.value, HarnessError), label
 
 
-@pytest.mark.spec(REQUIREMENT, "Run byte limit would be exceeded")
+@pytest.mark.spec(PRIMITIVES, "Run byte limit would be exceeded")
 def test_run_byte_limit_would_be_exceeded() -> None:
     counter = RunCapacityCounter(100)
     assert counter.try_reserve(60)

@@ -13,12 +13,11 @@ import diagnosis_harness._context as context_module
 from diagnosis_harness import Deadline, InvalidRunIdentity, ManualClock, RetryPolicies, RunContext
 from diagnosis_harness.testing import FakeTool, ToolInvocation
 
-from ._support import WHITESPACE, limits, new_run
+from ._support import RUN_CONTEXT, WHITESPACE, limits, new_run
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-IMMUTABLE = "RunContext SHALL be explicit and structurally immutable"
 FIELDS = (
     "session_id",
     "run_id",
@@ -44,7 +43,7 @@ def _assert_same_handles(seen: RunContext, ctx: RunContext) -> None:
 # -- Scenario: Context crosses an asynchronous boundary ---------------------------------------
 
 
-@pytest.mark.spec(IMMUTABLE, "Context crosses an asynchronous boundary")
+@pytest.mark.spec(RUN_CONTEXT, "Context crosses an asynchronous boundary")
 def test_context_crosses_an_asynchronous_boundary() -> None:
     ctx = new_run()
     tool = FakeTool("search", result="found")
@@ -118,7 +117,7 @@ def constructed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 BLANK_IDS = ["", " ", "   ", "\t", "\n", "\u3000", WHITESPACE]
 
 
-@pytest.mark.spec(IMMUTABLE, "Invalid identity starts a Run")
+@pytest.mark.spec(RUN_CONTEXT, "Invalid identity starts a Run")
 def test_invalid_identity_starts_a_run(constructed: list[str]) -> None:
     untyped: Any = RunContext.create
     for which in ("session_id", "run_id"):

@@ -14,12 +14,10 @@ from diagnosis_harness import (
     RunTermination,
 )
 
-from ._support import limits, new_run, state
-
-ONE_OUTCOME = "A Run SHALL have exactly one terminal outcome"
+from ._support import TERMINAL, limits, new_run, state
 
 
-@pytest.mark.spec(ONE_OUTCOME, "Success wins a terminal race")
+@pytest.mark.spec(TERMINAL, "Success wins a terminal race")
 def test_success_wins_a_terminal_race() -> None:
     clock = ManualClock(100)
     ctx = new_run(clock=clock)
@@ -39,7 +37,7 @@ def test_success_wins_a_terminal_race() -> None:
     assert won.termination == RunTermination(RunState.SUCCESS, "succeeded", 100)
 
 
-@pytest.mark.spec(ONE_OUTCOME, "Budget exhaustion wins a terminal race")
+@pytest.mark.spec(TERMINAL, "Budget exhaustion wins a terminal race")
 def test_budget_exhaustion_wins_a_terminal_race() -> None:
     clock = ManualClock(500)
     ctx = new_run(clock=clock, budget=limits(tool_calls=2))

@@ -8,24 +8,15 @@ import pytest
 
 from diagnosis_harness.modelcheck._scheduler import run_checks
 
+from .._support import BUDGETS, DEADLINE, PRIMITIVES, TERMINAL
+
 pytestmark = [
     pytest.mark.model_check,
-    pytest.mark.spec(
-        "A Run SHALL have exactly one terminal outcome", "Success wins a terminal race"
-    ),
-    pytest.mark.spec(
-        "A Run SHALL have exactly one terminal outcome", "Budget exhaustion wins a terminal race"
-    ),
-    pytest.mark.spec(
-        "Deadline and cancellation SHALL stop subsequent controlled work", "Client disconnects"
-    ),
-    pytest.mark.spec(
-        "Run budgets SHALL be explicit, thread-safe, and observable", "Per-Tool budget is exhausted"
-    ),
-    pytest.mark.spec(
-        "Tool invocation key and Run capacity primitives SHALL be safe and store-independent",
-        "Run byte limit would be exceeded",
-    ),
+    pytest.mark.spec(TERMINAL, "Success wins a terminal race"),
+    pytest.mark.spec(TERMINAL, "Budget exhaustion wins a terminal race"),
+    pytest.mark.spec(DEADLINE, "Client disconnects"),
+    pytest.mark.spec(BUDGETS, "Per-Tool budget is exhausted"),
+    pytest.mark.spec(PRIMITIVES, "Run byte limit would be exceeded"),
 ]
 
 

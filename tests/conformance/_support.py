@@ -1,4 +1,4 @@
-"""Constants and helpers of the report tests."""
+"""Constants and helpers of the conformance tests."""
 
 from __future__ import annotations
 

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from diagnosis_harness.conformance.suite._support import RUN_CONTEXT
+
 from ._support import OTHERS, THINGS, read_json, scenarios
 
 if TYPE_CHECKING:
@@ -18,7 +20,6 @@ if TYPE_CHECKING:
 
 pytest_plugins = ["pytester"]
 
-REAL_REQUIREMENT = "RunContext SHALL be explicit and structurally immutable"
 REAL_SCENARIO = "Invalid identity starts a Run"
 SWITCH = ("-o", "diagnosis_harness_conformance=true")  # the ini switch, from the command line
 
@@ -359,14 +360,14 @@ def test_the_ini_option_names_the_spec(pytester: pytest.Pytester, small_spec: Pa
     elsewhere.parent.mkdir()
     small_spec.rename(elsewhere)
     pytester.makeini("[pytest]\nspec_files = docs/toy.md\nspec_unknown = report\n")
-    _cover(pytester, [(THINGS, "First thing"), (REAL_REQUIREMENT, REAL_SCENARIO)])
+    _cover(pytester, [(THINGS, "First thing"), (RUN_CONTEXT, REAL_SCENARIO)])
     out = pytester.path / "out"
     result = run(pytester, "--spec-report", str(out))
     assert result.ret == pytest.ExitCode.OK
     data = read_json(out)
     assert data["items"][0]["id"] == "toy"
     assert [(u["requirement"], u["scenario"]) for u in data["unknown"]] == [
-        (REAL_REQUIREMENT, REAL_SCENARIO)
+        (RUN_CONTEXT, REAL_SCENARIO)
     ]
 
 
@@ -379,7 +380,7 @@ def test_the_default_spec_is_the_rootdirs(pytester: pytest.Pytester, small_spec:
 
 
 def test_without_a_spec_in_the_rootdir_the_shipped_one_is_used(pytester: pytest.Pytester) -> None:
-    _cover(pytester, [(REAL_REQUIREMENT, REAL_SCENARIO)])
+    _cover(pytester, [(RUN_CONTEXT, REAL_SCENARIO)])
     result = run(pytester, *SWITCH)
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["diagnosis-harness-run-context: 1/16 scenarios passed*"])

@@ -16,6 +16,13 @@ import pytest
 from hypothesis import settings
 
 from diagnosis_harness.codegen._load import requirement_names
+from diagnosis_harness.conformance.suite._support import (
+    BUDGETS,
+    DEADLINE,
+    PRIMITIVES,
+    RETRY,
+    TERMINAL,
+)
 from diagnosis_harness.modelcheck._stateful import (
     MACHINES,
     BudgetMachine,
@@ -34,12 +41,6 @@ if TYPE_CHECKING:
 
 SPEC = Path(__file__).resolve().parents[2] / "specs" / "diagnosis-harness-run-context" / "spec.md"
 
-LIFECYCLE = "A Run SHALL have exactly one terminal outcome"
-DEADLINE = "Deadline and cancellation SHALL stop subsequent controlled work"
-BUDGET = "Run budgets SHALL be explicit, thread-safe, and observable"
-RETRY = "Harness retry SHALL be typed, bounded, and recorded"
-PRIMITIVES = "Tool invocation key and Run capacity primitives SHALL be safe and store-independent"
-
 
 def _check(stats: MachineStats) -> None:
     current = settings()
@@ -50,21 +51,21 @@ def _check(stats: MachineStats) -> None:
 
 
 @pytest.mark.model_check
-@pytest.mark.spec(LIFECYCLE, "Success wins a terminal race")
-@pytest.mark.spec(LIFECYCLE, "Budget exhaustion wins a terminal race")
+@pytest.mark.spec(TERMINAL, "Success wins a terminal race")
+@pytest.mark.spec(TERMINAL, "Budget exhaustion wins a terminal race")
 @pytest.mark.spec(DEADLINE, "Deadline expires before a Tool call")
 @pytest.mark.spec(DEADLINE, "Client disconnects")
-@pytest.mark.spec(BUDGET, "Per-Tool budget is exhausted")
-@pytest.mark.spec(BUDGET, "Actual Token usage exceeds the limit")
+@pytest.mark.spec(BUDGETS, "Per-Tool budget is exhausted")
+@pytest.mark.spec(BUDGETS, "Actual Token usage exceeds the limit")
 @pytest.mark.spec(RETRY, "Run is cancelled between attempts")
 def test_run_machine(stateful_runner: Runner) -> None:
     _check(stateful_runner(RunMachine))
 
 
 @pytest.mark.model_check
-@pytest.mark.spec(BUDGET, "Per-Tool budget is exhausted")
-@pytest.mark.spec(BUDGET, "Actual Token usage exceeds the limit")
-@pytest.mark.spec(LIFECYCLE, "Budget exhaustion wins a terminal race")
+@pytest.mark.spec(BUDGETS, "Per-Tool budget is exhausted")
+@pytest.mark.spec(BUDGETS, "Actual Token usage exceeds the limit")
+@pytest.mark.spec(TERMINAL, "Budget exhaustion wins a terminal race")
 @pytest.mark.spec(PRIMITIVES, "Run byte limit would be exceeded")
 def test_budget_machine(stateful_runner: Runner) -> None:
     _check(stateful_runner(BudgetMachine))

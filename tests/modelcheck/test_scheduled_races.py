@@ -14,6 +14,7 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
+from diagnosis_harness.conformance.suite._support import BUDGETS, DEADLINE, PRIMITIVES, TERMINAL
 from diagnosis_harness.modelcheck._scheduler import (
     RACERS,
     Scenario,
@@ -31,16 +32,12 @@ from diagnosis_harness.modelcheck._scheduler import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-TERMINAL = "A Run SHALL have exactly one terminal outcome"
-DEADLINE = "Deadline and cancellation SHALL stop subsequent controlled work"
-BUDGETS = "Run budgets SHALL be explicit, thread-safe, and observable"
-CAPACITY = "Tool invocation key and Run capacity primitives SHALL be safe and store-independent"
 
 SUCCESS_WINS = pytest.mark.spec(TERMINAL, "Success wins a terminal race")
 BUDGET_WINS = pytest.mark.spec(TERMINAL, "Budget exhaustion wins a terminal race")
 CLIENT_DISCONNECTS = pytest.mark.spec(DEADLINE, "Client disconnects")
 PER_TOOL = pytest.mark.spec(BUDGETS, "Per-Tool budget is exhausted")
-BYTE_LIMIT = pytest.mark.spec(CAPACITY, "Run byte limit would be exceeded")
+BYTE_LIMIT = pytest.mark.spec(PRIMITIVES, "Run byte limit would be exceeded")
 
 pytestmark = pytest.mark.model_check
 

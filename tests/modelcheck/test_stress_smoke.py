@@ -8,7 +8,6 @@ lowered switch interval makes the interpreter interleave them far more often.
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections import Counter
 from typing import TYPE_CHECKING
@@ -27,14 +26,15 @@ from diagnosis_harness import (
     RunTerminated,
     RunTimedOut,
 )
+from racing import race
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
-pytestmark = pytest.mark.model_check
+# Real threads racing: the interpreter switches between them eagerly.
+pytestmark = [pytest.mark.model_check, pytest.mark.usefixtures("eager_thread_switching")]
 
 ROUNDS = 200
-BOUND = 30.0  # seconds before a barrier or a join calls a racer stuck
 EARLY_NS, LATE_NS = 0, 1_000
 WINS = {
     "succeed": (RunState.SUCCESS, CancellationReason.RUN_FINISHED),
@@ -43,39 +43,6 @@ WINS = {
     "deadline": (RunState.TIMED_OUT, CancellationReason.DEADLINE_EXCEEDED),
     "budget": (RunState.BUDGET_EXHAUSTED, CancellationReason.BUDGET_EXHAUSTED),
 }
-
-
-@pytest.fixture(autouse=True)
-def eager_thread_switching() -> Iterator[None]:
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(previous)
-
-
-def race(racers: list[Callable[[], None]]) -> None:
-    """One thread per racer, released together, joined with a bound; re-raise any failure."""
-    barrier = threading.Barrier(len(racers))
-    errors: list[BaseException] = []
-
-    def run(racer: Callable[[], None]) -> None:
-        try:
-            barrier.wait(BOUND)
-            racer()
-        except BaseException as error:  # re-raised below, in the test thread
-            errors.append(error)
-            barrier.abort()
-
-    threads = [threading.Thread(target=run, args=(racer,), daemon=True) for racer in racers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(BOUND)
-    assert not any(thread.is_alive() for thread in threads), "a racer is stuck"
-    if errors:
-        raise errors[0]
 
 
 class DeadlineThreadClock:

@@ -16,6 +16,7 @@ from diagnosis_harness import (
     RunState,
 )
 from diagnosis_harness._run import LocalRun
+from diagnosis_harness.conformance.suite._support import BUDGETS, RETRY, TERMINAL
 from diagnosis_harness.modelcheck._planted import (
     DEFECTS,
     Defect,
@@ -26,9 +27,6 @@ from diagnosis_harness.modelcheck._planted import (
 )
 from diagnosis_harness.testing import ManualClock
 
-LIFECYCLE = "A Run SHALL have exactly one terminal outcome"
-BUDGET = "Run budgets SHALL be explicit, thread-safe, and observable"
-RETRY = "Harness retry SHALL be typed, bounded, and recorded"
 MAX_SHRUNK_STEPS = 6
 
 
@@ -51,8 +49,8 @@ def new_run(per_tool_calls: int = 10) -> RunContext:
 @pytest.mark.parametrize(
     "defect",
     [
-        pytest.param(DEFECTS[0], marks=pytest.mark.spec(LIFECYCLE, "Success wins a terminal race")),
-        pytest.param(DEFECTS[1], marks=pytest.mark.spec(BUDGET, "Per-Tool budget is exhausted")),
+        pytest.param(DEFECTS[0], marks=pytest.mark.spec(TERMINAL, "Success wins a terminal race")),
+        pytest.param(DEFECTS[1], marks=pytest.mark.spec(BUDGETS, "Per-Tool budget is exhausted")),
         pytest.param(
             DEFECTS[2], marks=pytest.mark.spec(RETRY, "Run is cancelled between attempts")
         ),

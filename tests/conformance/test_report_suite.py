@@ -16,6 +16,7 @@ import pytest
 
 from diagnosis_harness.conformance import load_spec
 from diagnosis_harness.conformance._cli import DEFAULT_OUT, add_arguments, main, pytest_args
+from diagnosis_harness.conformance.suite._support import DEADLINE
 
 from ._support import SPEC, SUITE, read_json, scenarios
 
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
 
 pytest_plugins = ["pytester"]
 
-DEADLINE = "Deadline and cancellation SHALL stop subsequent controlled work"
 RENAMED_FROM, RENAMED_TO = "Client disconnects", "Client disconnected"
 SEED_SCENARIOS = 16
 

@@ -16,6 +16,7 @@ from diagnosis_harness._generated.tables import (
     BudgetState,
     RunState,
 )
+from diagnosis_harness.conformance.suite._support import BUDGETS
 from diagnosis_harness.modelcheck import TABLES, Exploration, TransitionCoverage
 from diagnosis_harness.modelcheck._stateful import MACHINES
 
@@ -83,7 +84,7 @@ def test_as_dict_lists_every_row_with_what_it_is() -> None:
         "event": "reserve",
         "guard": "not within_limits",
         "target": "EXHAUSTED",
-        "requirement": "Run budgets SHALL be explicit, thread-safe, and observable",
+        "requirement": BUDGETS,
         "count": 7,
     }
     assert budget["rows"][0]["guard"] == "within_limits"

@@ -8,6 +8,7 @@ import pytest
 
 from diagnosis_harness import BudgetLimits, CancellationReason, FailureKind, RunState
 from diagnosis_harness._generated.tables import RetryState
+from diagnosis_harness.conformance.suite._support import BUDGETS, DEADLINE, RETRY, TERMINAL
 from diagnosis_harness.modelcheck import Disagreement, Exploration, RunProbe, explore
 from diagnosis_harness.modelcheck._explore import (
     RETRY_ATTEMPTS,
@@ -24,19 +25,14 @@ from diagnosis_harness.modelcheck._explore import (
 )
 from diagnosis_harness.modelcheck._planted import DEFECTS
 
-LIFECYCLE = "A Run SHALL have exactly one terminal outcome"
-DEADLINE = "Deadline and cancellation SHALL stop subsequent controlled work"
-BUDGET = "Run budgets SHALL be explicit, thread-safe, and observable"
-RETRY = "Harness retry SHALL be typed, bounded, and recorded"
-
 
 @pytest.mark.model_check
-@pytest.mark.spec(LIFECYCLE, "Success wins a terminal race")
-@pytest.mark.spec(LIFECYCLE, "Budget exhaustion wins a terminal race")
+@pytest.mark.spec(TERMINAL, "Success wins a terminal race")
+@pytest.mark.spec(TERMINAL, "Budget exhaustion wins a terminal race")
 @pytest.mark.spec(DEADLINE, "Deadline expires before a Tool call")
 @pytest.mark.spec(DEADLINE, "Client disconnects")
-@pytest.mark.spec(BUDGET, "Per-Tool budget is exhausted")
-@pytest.mark.spec(BUDGET, "Actual Token usage exceeds the limit")
+@pytest.mark.spec(BUDGETS, "Per-Tool budget is exhausted")
+@pytest.mark.spec(BUDGETS, "Actual Token usage exceeds the limit")
 @pytest.mark.spec(RETRY, "Router transport failure succeeds on retry")
 @pytest.mark.spec(RETRY, "Tool call fails")
 @pytest.mark.spec(RETRY, "Run is cancelled between attempts")

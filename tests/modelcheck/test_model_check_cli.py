@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from diagnosis_harness.conformance.suite._support import TERMINAL
 from diagnosis_harness.modelcheck import _cli, _planted
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def test_a_small_run_prints_the_summary_and_writes_the_coverage(
             "details": [
                 {
                     "passed": True,
-                    "requirement": "A Run SHALL have exactly one terminal outcome",
+                    "requirement": TERMINAL,
                     "spec_scenario": "Success wins a terminal race",
                 }
             ],

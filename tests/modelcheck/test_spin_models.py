@@ -16,6 +16,7 @@ import pytest
 
 from diagnosis_harness._generated.tables import LIFECYCLE, LifecycleEvent, RunState
 from diagnosis_harness._machine import MachineTable, Row
+from diagnosis_harness.conformance.suite._support import BUDGETS, DEADLINE, TERMINAL
 from diagnosis_harness.modelcheck import _spin
 from diagnosis_harness.modelcheck._spin import (
     PROFILES,
@@ -33,9 +34,6 @@ from diagnosis_harness.modelcheck._spin import (
 if TYPE_CHECKING:
     from diagnosis_harness.modelcheck._spin import ModelResult
 
-TERMINAL = "A Run SHALL have exactly one terminal outcome"
-DEADLINE = "Deadline and cancellation SHALL stop subsequent controlled work"
-BUDGET = "Run budgets SHALL be explicit, thread-safe, and observable"
 RACERS = PROFILES["ci"]
 
 _MISSING = spin_unavailable_reason()
@@ -116,7 +114,7 @@ def test_callbacks_seeded_bug_is_refuted(
 
 @needs_spin
 @pytest.mark.model_check
-@pytest.mark.spec(BUDGET, "Per-Tool budget is exhausted")
+@pytest.mark.spec(BUDGETS, "Per-Tool budget is exhausted")
 @pytest.mark.parametrize("prop", _cases("budget"))
 def test_budget_holds(results: dict[tuple[str, str], ModelResult], prop: str) -> None:
     _holds(results["budget", prop])

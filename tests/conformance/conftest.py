@@ -1,4 +1,4 @@
-"""Fixtures of the report tests.
+"""Fixtures of the conformance tests (the plugin and report tests use ``small_spec``).
 
 ``pytester`` is enabled by each test module (``pytest_plugins``): pytest refuses a
 ``pytest_plugins`` in a conftest below the rootdir when the whole repository is collected.
