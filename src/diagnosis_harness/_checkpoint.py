@@ -1,6 +1,8 @@
 """Named points inside locked sections where a test's scheduler may switch threads.
 
-In production :func:`checkpoint` finds no scheduler and returns: one global read. A deterministic
+In production :func:`checkpoint` finds no scheduler and returns: one global read. A section that
+must make no call while it holds a lock (the reservations' granted path, see docs/performance.md)
+reads :data:`scheduler` itself and calls it only when one is installed. A deterministic
 scheduler for tests (the model-checking layer) installs itself with :func:`scheduled`; it then
 decides, at every checkpoint, which of its real threads runs next, so an interleaving that a
 barrier stress test would meet once in a million rounds is met on purpose.
@@ -17,26 +19,28 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-__all__ = ["checkpoint", "scheduled"]
+__all__ = ["checkpoint", "scheduled", "scheduler"]
 
-_scheduler: Callable[[str], None] | None = None
+scheduler: Callable[[str], None] | None = None
+"""The installed scheduler, or ``None`` (always, outside the model checks). Set only by
+:func:`scheduled`; read it as ``_checkpoint.scheduler``, never bind it at import."""
 
 
 def checkpoint(site: str) -> None:
     """A point where the installed scheduler, if any, may run another thread first."""
-    scheduler = _scheduler
-    if scheduler is not None:
-        scheduler(site)
+    installed = scheduler
+    if installed is not None:
+        installed(site)
 
 
 @contextmanager
-def scheduled(scheduler: Callable[[str], None]) -> Iterator[None]:
-    """Install ``scheduler`` for the duration of the block (tests only; not re-entrant)."""
-    global _scheduler  # noqa: PLW0603 - the one switch the test scheduler needs
-    if _scheduler is not None:
+def scheduled(installed: Callable[[str], None]) -> Iterator[None]:
+    """Install a scheduler for the duration of the block (tests only; not re-entrant)."""
+    global scheduler  # noqa: PLW0603 - the one switch the test scheduler needs
+    if scheduler is not None:
         raise RuntimeError("a scheduler is already installed")
-    _scheduler = scheduler
+    scheduler = installed
     try:
         yield
     finally:
-        _scheduler = None
+        scheduler = None

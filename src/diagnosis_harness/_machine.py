@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, TypeVar, cast, final
+from typing import TYPE_CHECKING, Generic, TypeVar, final
 
 from ._errors import IllegalTransition
 
@@ -30,6 +30,11 @@ __all__ = ["MachineTable", "Row"]
 
 S = TypeVar("S", bound=enum.Enum)
 E = TypeVar("E", bound=enum.Enum)
+
+
+def _names_a_value(guard: object) -> bool:
+    """Whether ``guard`` is ``None``, ``True`` or ``False``: ``1 == True`` and hashes alike."""
+    return guard is None or guard is True or guard is False
 
 
 @final
@@ -95,11 +100,8 @@ class MachineTable(Generic[S, E]):
 
     def row(self, state: S, event: E, guard: bool | None = None) -> Row[S, E] | None:
         """The row written for exactly (state, event, guard), or ``None``; a lookup, not a step."""
-        value = cast("object", guard)  # the annotation is a promise; callers may break it
-        # 1 == True and hashes alike: only the bools themselves (or None) name a guard's value.
-        if value is not None and value is not True and value is not False:
-            return None
-        return self._index.get((state, event, guard))
+        row = self._index.get((state, event, guard))
+        return row if row is None or _names_a_value(guard) else None
 
     def take(self, state: S, event: E, guard: bool | None = None) -> Row[S, E] | None:
         """The row ``event`` takes from ``state`` when the (state, event)'s guard is ``guard``.
@@ -107,8 +109,8 @@ class MachineTable(Generic[S, E]):
         ``guard`` is ``None`` for unguarded rows. Returns ``None`` from a terminal state (the
         event is absorbed). Raises :class:`IllegalTransition` when no row applies.
         """
-        row = self.row(state, event, guard)
-        if row is not None:
+        row = self._index.get((state, event, guard))  # row(), inlined: every reservation steps
+        if row is not None and _names_a_value(guard):
             return row
         if state in self.terminal:
             return None

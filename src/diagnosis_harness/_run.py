@@ -19,6 +19,7 @@ import threading
 from types import MappingProxyType
 from typing import TYPE_CHECKING, NoReturn, final
 
+from . import _checkpoint
 from ._boundary import Boundary
 from ._cancellation import CancelSignal, Pending
 from ._checkpoint import checkpoint
@@ -156,59 +157,89 @@ class LocalRun:
             pending = self._time_out_locked(boundary, now_ns)
         self._refuse(boundary, pending)
 
+    # The three reservations grant in one locked section that makes no call -- no method, no
+    # dict.get(), no checkpoint() -- because CPython may switch threads at a call, and a thread
+    # switched out while it holds the run's lock makes every other reserving thread queue behind
+    # it (a lock convoy; docs/performance.md has the figures). So the budget's step, a pure
+    # function of the state, is taken by the engine before the lock, and committed under it only
+    # if the budget is still in the state it was taken from. Everything else -- a limit reached,
+    # a run that is over -- is decided by the refusal path, under the same lock.
+
     def reserve_model_call(self, now_ns: int) -> None:
+        limit = self._limits.model_calls
+        grant = BUDGET.take(self._budget_state, _RESERVE, True)
         with self._lock:
-            if self._termination is None and now_ns < self._deadline_ns:
-                used, limit = self._model_calls, self._limits.model_calls
-                if used < limit:
-                    self._step_budget_locked(_RESERVE)
-                    self._model_calls = used + 1
-                    return
-                detail = f"{limit} reached: Model call {used + 1} refused"
-                pending = self._exhaust_locked(
-                    _RESERVE, BudgetDimension.MODEL_CALLS, detail, now_ns
-                )
-            else:
-                pending = self._time_out_locked(Boundary.MODEL, now_ns)
+            used = self._model_calls
+            if (
+                self._termination is None
+                and now_ns < self._deadline_ns
+                and used < limit
+                and grant is not None
+                and self._budget_state is grant.source
+            ):
+                if _checkpoint.scheduler is not None:  # between the checks and the writes
+                    _checkpoint.scheduler("budget")
+                self._budget_state = grant.target
+                self._model_calls = used + 1
+                return
+            detail = f"{limit} reached: Model call {used + 1} refused"
+            pending = self._refuse_locked(
+                Boundary.MODEL, BudgetDimension.MODEL_CALLS, detail, now_ns
+            )
         self._refuse(Boundary.MODEL, pending)
 
     def reserve_tool_call(self, tool: str, now_ns: int) -> None:
         limits = self._limits
+        limit = self._overrides.get(tool, limits.per_tool_calls)
+        grant = BUDGET.take(self._budget_state, _RESERVE, True)
         with self._lock:
-            if self._termination is None and now_ns < self._deadline_ns:
-                total, used = self._tool_calls, self._per_tool.get(tool, 0)
-                limit = self._overrides.get(tool, limits.per_tool_calls)
-                if total < limits.tool_calls and used < limit:
-                    self._step_budget_locked(_RESERVE)
-                    # Both counters move together, after both checks: total == sum per Tool.
-                    self._tool_calls = total + 1
-                    self._per_tool[tool] = used + 1
-                    return
-                if total >= limits.tool_calls:
-                    dimension = BudgetDimension.TOOL_CALLS
-                    detail = (
-                        f"{limits.tool_calls} reached: Tool call {total + 1} ({tool!r}) refused"
-                    )
-                else:
-                    dimension = BudgetDimension.PER_TOOL_CALLS
-                    detail = f"{limit} for Tool {tool!r} reached: call {used + 1} refused"
-                pending = self._exhaust_locked(_RESERVE, dimension, detail, now_ns)
+            total = self._tool_calls
+            used = self._per_tool[tool] if tool in self._per_tool else 0  # noqa: SIM401 - no call
+            if (
+                self._termination is None
+                and now_ns < self._deadline_ns
+                and total < limits.tool_calls
+                and used < limit
+                and grant is not None
+                and self._budget_state is grant.source
+            ):
+                if _checkpoint.scheduler is not None:  # between the checks and the writes
+                    _checkpoint.scheduler("budget")
+                self._budget_state = grant.target
+                # Both counters move together, after both checks: total == sum per Tool.
+                self._tool_calls = total + 1
+                self._per_tool[tool] = used + 1
+                return
+            if total >= limits.tool_calls:
+                dimension = BudgetDimension.TOOL_CALLS
+                detail = f"{limits.tool_calls} reached: Tool call {total + 1} ({tool!r}) refused"
             else:
-                pending = self._time_out_locked(Boundary.TOOL, now_ns)
+                dimension = BudgetDimension.PER_TOOL_CALLS
+                detail = f"{limit} for Tool {tool!r} reached: call {used + 1} refused"
+            pending = self._refuse_locked(Boundary.TOOL, dimension, detail, now_ns)
         self._refuse(Boundary.TOOL, pending)
 
     def reserve_bytes(self, n: int, now_ns: int) -> None:
+        limit = self._limits.run_bytes
+        grant = BUDGET.take(self._budget_state, _RESERVE, True)
         with self._lock:
-            if self._termination is None and now_ns < self._deadline_ns:
-                used, limit = self._run_bytes, self._limits.run_bytes
-                if used + n <= limit:
-                    self._step_budget_locked(_RESERVE)
-                    self._run_bytes = used + n
-                    return
-                detail = f"{limit} would be passed: {n} more bytes refused ({used} used)"
-                pending = self._exhaust_locked(_RESERVE, BudgetDimension.RUN_BYTES, detail, now_ns)
-            else:
-                pending = self._time_out_locked(Boundary.CAPACITY, now_ns)
+            used = self._run_bytes
+            if (
+                self._termination is None
+                and now_ns < self._deadline_ns
+                and used + n <= limit
+                and grant is not None
+                and self._budget_state is grant.source
+            ):
+                if _checkpoint.scheduler is not None:  # between the checks and the writes
+                    _checkpoint.scheduler("budget")
+                self._budget_state = grant.target
+                self._run_bytes = used + n
+                return
+            detail = f"{limit} would be passed: {n} more bytes refused ({used} used)"
+            pending = self._refuse_locked(
+                Boundary.CAPACITY, BudgetDimension.RUN_BYTES, detail, now_ns
+            )
         self._refuse(Boundary.CAPACITY, pending)
 
     def record_token_usage(self, input_tokens: int, output_tokens: int, now_ns: int) -> None:
@@ -273,6 +304,15 @@ class LocalRun:
         checkpoint("budget")  # between the checks that decided the row and the writes after it
         self._budget_state = row.target
         return True
+
+    def _refuse_locked(
+        self, boundary: Boundary, dimension: BudgetDimension, detail: str, now_ns: int
+    ) -> Pending | None:
+        """A reservation not granted: the run is over or past its deadline, else the limit of
+        ``dimension`` refused it (``detail`` says how), which exhausts the budget."""
+        if self._termination is not None or now_ns >= self._deadline_ns:
+            return self._time_out_locked(boundary, now_ns)
+        return self._exhaust_locked(_RESERVE, dimension, detail, now_ns)
 
     def _exhaust_locked(
         self, event: BudgetEvent, dimension: BudgetDimension, detail: str, now_ns: int
