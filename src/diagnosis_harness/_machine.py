@@ -109,8 +109,8 @@ class MachineTable(Generic[S, E]):
         ``guard`` is ``None`` for unguarded rows. Returns ``None`` from a terminal state (the
         event is absorbed). Raises :class:`IllegalTransition` when no row applies.
         """
-        row = self._index.get((state, event, guard))  # row(), inlined: every reservation steps
-        if row is not None and _names_a_value(guard):
+        row = self._index.get((state, event, guard))  # row(), inlined: every step takes it
+        if row is not None and (guard is None or guard.__class__ is bool):  # 1 == True, not a bool
             return row
         if state in self.terminal:
             return None

@@ -73,7 +73,10 @@ def _step(state: RetryState, event: RetryEvent, guard: bool | None = None) -> Re
 
 _INITIAL = RETRY.initial
 _ATTEMPTING = RetryState.ATTEMPTING
-_AWAITING = _step(_ATTEMPTING, RetryEvent.FAIL, True)  # retry_allowed
+_ATTEMPT, _SUCCEED = RetryEvent.ATTEMPT, RetryEvent.SUCCEED
+_FAIL, _STOP = RetryEvent.FAIL, RetryEvent.STOP
+_AWAITING = _step(_ATTEMPTING, _FAIL, True)  # retry_allowed
+_NAME_OF = {state: state.name for state in RetryState}  # an enum's .name is a slow property
 _RETRY = Boundary.RETRY
 _CO_COROUTINE = inspect.CO_COROUTINE
 
@@ -340,9 +343,9 @@ class HarnessRetryExecutor:
             try:
                 ctx.check(_RETRY)
             except RunTerminated as stopped:
-                self._stopped(policy, attempts, _step(state, RetryEvent.STOP), stopped)
+                self._stopped(policy, attempts, _step(state, _STOP), stopped)
                 raise
-            state = _step(state, RetryEvent.ATTEMPT)
+            state = _step(state, _ATTEMPT)
             number += 1
             started = now()
             try:
@@ -363,8 +366,8 @@ class HarnessRetryExecutor:
                 result.close()
                 raise TypeError(f"{fn!r} returned a coroutine: use execute_async")
             attempts.extend((number, _SUCCEEDED, None, started, now()))
-            ended = _step(state, RetryEvent.SUCCEED)
-            self._raw.append((policy.name, _STOP_SUCCEEDED, ended.name, None, *attempts))
+            ended = _NAME_OF[_step(state, _SUCCEED)]
+            self._raw.append((policy.name, _STOP_SUCCEEDED, ended, None, *attempts))
             return result
 
     async def execute_async(
@@ -388,9 +391,9 @@ class HarnessRetryExecutor:
             try:
                 ctx.check(_RETRY)
             except RunTerminated as stopped:
-                self._stopped(policy, attempts, _step(state, RetryEvent.STOP), stopped)
+                self._stopped(policy, attempts, _step(state, _STOP), stopped)
                 raise
-            state = _step(state, RetryEvent.ATTEMPT)
+            state = _step(state, _ATTEMPT)
             number += 1
             started = now()
             try:
@@ -411,8 +414,8 @@ class HarnessRetryExecutor:
                         raise
                 continue
             attempts.extend((number, _SUCCEEDED, None, started, now()))
-            ended = _step(state, RetryEvent.SUCCEED)
-            self._raw.append((policy.name, _STOP_SUCCEEDED, ended.name, None, *attempts))
+            ended = _NAME_OF[_step(state, _SUCCEED)]
+            self._raw.append((policy.name, _STOP_SUCCEEDED, ended, None, *attempts))
             return result
 
     # -- helpers ----------------------------------------------------------------------------------
@@ -428,19 +431,19 @@ class HarnessRetryExecutor:
         """Record failed attempt ``number``; the delay before the next, or None to re-raise."""
         if not isinstance(error, Exception):  # CancelledError, KeyboardInterrupt, SystemExit
             attempts.extend((number, _INTERRUPTED, None, started, self._now()))
-            target = _step(_ATTEMPTING, RetryEvent.FAIL, False)
+            target = _step(_ATTEMPTING, _FAIL, False)
             _attach(error, self._store(policy, attempts, StopReason.INTERRUPTED, target))
             return None
         try:
             kind = self._classify(error)
         except Exception as broken:  # a classifier bug: the attempt still happened; record it
             attempts.extend((number, _FAILED, FailureKind.UNKNOWN.name, started, self._now()))
-            target = _step(_ATTEMPTING, RetryEvent.FAIL, False)
+            target = _step(_ATTEMPTING, _FAIL, False)
             _attach(broken, self._store(policy, attempts, StopReason.NOT_RETRYABLE, target))
             raise broken from error
         allowed = policy.may_retry(kind, number)
         attempts.extend((number, _FAILED, kind.name, started, self._now()))
-        target = _step(_ATTEMPTING, RetryEvent.FAIL, allowed)
+        target = _step(_ATTEMPTING, _FAIL, allowed)
         if allowed:
             backoff = self._backoff
             return 0.0 if backoff is None else backoff.delay(number)
@@ -454,7 +457,7 @@ class HarnessRetryExecutor:
         self, policy: RetryPolicy, attempts: list[_Field], interrupt: BaseException
     ) -> None:
         """A BaseException while awaiting a retry: the loop stops there (AWAITING_RETRY -> stop)."""
-        target = _step(_AWAITING, RetryEvent.STOP)
+        target = _step(_AWAITING, _STOP)
         _attach(interrupt, self._store(policy, attempts, StopReason.INTERRUPTED, target))
 
     def _stopped(
@@ -474,7 +477,7 @@ class HarnessRetryExecutor:
         termination: RunTermination | None = None,
     ) -> ExecutionRecord:
         """Keep a failed or stopped execution and build its record now, to attach it."""
-        raw = (policy.name, stop.name, state.name, termination, *attempts)
+        raw = (policy.name, stop.name, _NAME_OF[state], termination, *attempts)
         self._raw.append(raw)
         return _materialize(raw)
 
