@@ -25,6 +25,11 @@ if TYPE_CHECKING:
 
 pytest_plugins = ["pytester"]
 
+# The suite and the command run in a fresh interpreter of their own, each taking up to a minute
+# (the suite's model checks included): what they show does not depend on the Python version of
+# the env, so CI runs them once (tox -e coverage), not in every py3* env.
+end_to_end = pytest.mark.version_independent
+
 RENAMED_FROM, RENAMED_TO = "Client disconnects", "Client disconnected"
 SEED_SCENARIOS = 16
 
@@ -74,6 +79,7 @@ def test_the_seed_spec_has_sixteen_scenarios() -> None:
     assert len(parsed.spec.scenarios) == SEED_SCENARIOS
 
 
+@end_to_end
 def test_on_our_spec_every_scenario_has_a_passing_test(pytester: pytest.Pytester) -> None:
     out = pytester.path / "out"
     result = pytester.runpytest_subprocess(
@@ -100,6 +106,7 @@ def test_on_our_spec_every_scenario_has_a_passing_test(pytester: pytest.Pytester
     )
 
 
+@end_to_end
 def test_a_renamed_scenario_fails_the_collection_naming_the_mark(
     pytester: pytest.Pytester,
 ) -> None:
@@ -116,6 +123,7 @@ def test_a_renamed_scenario_fails_the_collection_naming_the_mark(
     )
 
 
+@end_to_end
 def test_the_report_command_on_our_spec(tmp_path: Path) -> None:
     done = _report_command(tmp_path)  # the default spec: this checkout's, or a wheel's copy
     assert done.returncode == 0, done.stdout + done.stderr
@@ -141,6 +149,7 @@ def test_the_report_command_on_our_spec(tmp_path: Path) -> None:
     assert "- spec conformance -" not in done.stdout  # the plugin's section gives way
 
 
+@end_to_end
 def test_a_renamed_scenario_is_uncovered_and_its_mark_unknown(tmp_path: Path) -> None:
     copy = _renamed_copy(tmp_path)
     done = _report_command(tmp_path, "--spec", str(copy), "--out", "renamed")
