@@ -29,6 +29,19 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by -m
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A ``wheel`` test is ``end_to_end`` and ``version_independent``: CI runs it once (``e2e``).
+
+    It builds the wheel (pure Python, one for every version) and runs the report command from a
+    virtual environment of its own: the env's Python version changes nothing it shows.
+    """
+    for item in items:
+        if item.get_closest_marker("wheel") is not None:
+            item.add_marker(pytest.mark.end_to_end)
+            item.add_marker(pytest.mark.version_independent)
+
+
 @pytest.fixture
 def small_spec(pytester: pytest.Pytester) -> Path:
     """``specs/toy/spec.md`` in the pytester directory."""

@@ -1,7 +1,9 @@
 """The bundled suite on the project's spec, and ``diagnosis-harness report`` (the main job).
 
 The suite and the command run in subprocesses (a fresh interpreter, as a user runs them), on the
-spec of this checkout or a copy of it with one scenario renamed.
+spec of this checkout or a copy of it with one scenario renamed. Those tests, up to a minute each
+(the suite's model checks included), are marked ``end_to_end`` and ``version_independent``: what
+they show does not depend on the env's Python version, so CI runs them once, in ``tox -e e2e``.
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ def test_the_seed_spec_has_sixteen_scenarios() -> None:
     assert len(parsed.spec.scenarios) == SEED_SCENARIOS
 
 
+@pytest.mark.version_independent
+@pytest.mark.end_to_end
 def test_on_our_spec_every_scenario_has_a_passing_test(pytester: pytest.Pytester) -> None:
     out = pytester.path / "out"
     result = pytester.runpytest_subprocess(
@@ -100,6 +104,8 @@ def test_on_our_spec_every_scenario_has_a_passing_test(pytester: pytest.Pytester
     )
 
 
+@pytest.mark.version_independent
+@pytest.mark.end_to_end
 def test_a_renamed_scenario_fails_the_collection_naming_the_mark(
     pytester: pytest.Pytester,
 ) -> None:
@@ -116,6 +122,8 @@ def test_a_renamed_scenario_fails_the_collection_naming_the_mark(
     )
 
 
+@pytest.mark.version_independent
+@pytest.mark.end_to_end
 def test_the_report_command_on_our_spec(tmp_path: Path) -> None:
     done = _report_command(tmp_path)  # the default spec: this checkout's, or a wheel's copy
     assert done.returncode == 0, done.stdout + done.stderr
@@ -141,6 +149,8 @@ def test_the_report_command_on_our_spec(tmp_path: Path) -> None:
     assert "- spec conformance -" not in done.stdout  # the plugin's section gives way
 
 
+@pytest.mark.version_independent
+@pytest.mark.end_to_end
 def test_a_renamed_scenario_is_uncovered_and_its_mark_unknown(tmp_path: Path) -> None:
     copy = _renamed_copy(tmp_path)
     done = _report_command(tmp_path, "--spec", str(copy), "--out", "renamed")

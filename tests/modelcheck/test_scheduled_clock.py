@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from diagnosis_harness.modelcheck._scheduler import SchedLock, Scheduler
 
-pytestmark = pytest.mark.model_check
+pytestmark = [pytest.mark.model_check, pytest.mark.version_independent]
 
 START_NS = 1_000
 

@@ -39,7 +39,10 @@ CLIENT_DISCONNECTS = pytest.mark.spec(DEADLINE, "Client disconnects")
 PER_TOOL = pytest.mark.spec(BUDGETS, "Per-Tool budget is exhausted")
 BYTE_LIMIT = pytest.mark.spec(PRIMITIVES, "Run byte limit would be exceeded")
 
-pytestmark = pytest.mark.model_check
+# Every schedule of every race is enumerated by the deterministic scheduler, which decides the
+# interleaving itself: the outcome does not depend on the Python version, so CI runs these once
+# (tox -e coverage). test_scheduler.py, which checks the scheduler itself, runs on every version.
+pytestmark = [pytest.mark.model_check, pytest.mark.version_independent]
 
 
 def _marks(racers: Sequence[str]) -> list[pytest.MarkDecorator]:
