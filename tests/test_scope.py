@@ -277,7 +277,8 @@ def test_a_foreign_cancel_reaches_its_canceller_as_the_same_cancelled_error() ->
         with pytest.raises(asyncio.CancelledError) as caught:
             await task
         assert task.cancelled()
-        assert caught.value.args == ("from elsewhere",)
+        if sys.version_info >= (3, 11):  # 3.10's `await task` raises a new error, message lost
+            assert caught.value.args == ("from elsewhere",)
         assert not isinstance(caught.value.__cause__, RunTerminated)
 
     _run(scenario)
