@@ -478,6 +478,9 @@ def _png_pixels(data: bytes) -> tuple[int, int, bytes]:
     return width, height, zlib.decompress(b"".join(chunks))
 
 
+# The browser renders the page the tests above check as text: the Python version changes nothing
+# it sees, so CI runs this once (tox -e coverage), not in every py3* env.
+@pytest.mark.version_independent
 @pytest.mark.skipif(
     CHROMIUM is None,
     reason="no chromium on PATH: the headless-browser check of the HTML report needs Debian's "
