@@ -23,6 +23,7 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable, Generator
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, final
 
 from ._checkpoint import checkpoint
@@ -69,7 +70,8 @@ class CancelSignal:
     """The first cancellation reason and the callbacks waiting for it. Not locked itself.
 
     Invariants: ``reason`` is set once and never changes; a callback is in the registry only
-    while ``reason`` is ``None``. Every method but :meth:`deliver` runs under the owner's lock.
+    while ``reason`` is ``None``. :meth:`signal` runs under the owner's lock; :meth:`register`
+    and :meth:`unregister` take it; :meth:`deliver` runs outside it.
     """
 
     __slots__ = ("_callbacks", "_keys", "_on_error", "reason")
@@ -90,15 +92,25 @@ class CancelSignal:
         self._callbacks.clear()
         return pending
 
-    def add(self, callback: CancellationCallback) -> int:
-        """Register ``callback`` while no reason is set; its key for :meth:`remove`."""
-        checkpoint("cancellation.register")  # between the owner's reading the reason and adding
-        key = next(self._keys)
-        self._callbacks[key] = callback
-        return key
+    def register(
+        self, lock: AbstractContextManager[object], callback: CancellationCallback
+    ) -> int | None:
+        """Keep ``callback`` under the owner's ``lock`` and return its key; if a reason is set,
+        run it now, outside the lock, and return ``None``."""
+        with lock:
+            reason = self.reason
+            if reason is None:
+                checkpoint("cancellation.register")  # between reading the reason and adding
+                key = next(self._keys)
+                self._callbacks[key] = callback
+                return key
+        self.deliver([callback], reason)
+        return None
 
-    def remove(self, key: int) -> bool:
-        return self._callbacks.pop(key, None) is not None
+    def unregister(self, lock: AbstractContextManager[object], key: int) -> bool:
+        """Remove a kept callback under the owner's ``lock``; True only if it had not been taken."""
+        with lock:
+            return self._callbacks.pop(key, None) is not None
 
     def deliver(self, pending: Pending, reason: CancellationReason) -> None:
         """Run taken callbacks in order, outside every lock; errors go to the handler."""
@@ -135,16 +147,10 @@ class _Token:
         return True
 
     def register(self, callback: CancellationCallback) -> int | None:
-        with self._lock:
-            reason = self._signal.reason
-            if reason is None:
-                return self._signal.add(callback)
-        self._signal.deliver([callback], reason)
-        return None
+        return self._signal.register(self._lock, callback)
 
     def unregister(self, key: int) -> bool:
-        with self._lock:
-            return self._signal.remove(key)
+        return self._signal.unregister(self._lock, key)
 
 
 class _Unregister(Protocol):

@@ -283,16 +283,10 @@ class LocalRun:
         return True
 
     def register(self, callback: CancellationCallback) -> int | None:
-        with self._lock:
-            reason = self._signal.reason
-            if reason is None:
-                return self._signal.add(callback)
-        self._signal.deliver([callback], reason)
-        return None
+        return self._signal.register(self._lock, callback)
 
     def unregister(self, key: int) -> bool:
-        with self._lock:
-            return self._signal.remove(key)
+        return self._signal.unregister(self._lock, key)
 
     # -- under the lock -------------------------------------------------------------------------
 

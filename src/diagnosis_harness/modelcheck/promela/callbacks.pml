@@ -11,7 +11,7 @@
  *   - CancelSignal.deliver, outside the lock: run the taken callbacks in registration order.
  *   - Cancellation.register, under the lock: add the callback while no reason is set; otherwise
  *     (a late registration) run it at once, inline, after releasing the lock.
- *   - Registration.unregister -> LocalRun.unregister, under the lock: remove the callback only
+ *   - Registration.unregister -> CancelSignal.unregister, under the lock: remove the callback only
  *     if it is still in the registry (not taken yet); True only then.
  * The run lock is a d_step: one indivisible step that no other process, and no property,
  * can observe half done.
