@@ -69,11 +69,6 @@ class BudgetLimits:
         """The most calls ``tool`` may be granted in one run."""
         return self.per_tool_overrides.get(tool, self.per_tool_calls)
 
-    def limit(self, dimension: BudgetDimension) -> int:
-        """The limit of ``dimension`` (for ``PER_TOOL_CALLS``, the default per-Tool limit)."""
-        value: int = getattr(self, dimension.value)
-        return value
-
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
