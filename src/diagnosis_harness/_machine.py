@@ -32,11 +32,6 @@ S = TypeVar("S", bound=enum.Enum)
 E = TypeVar("E", bound=enum.Enum)
 
 
-def _names_a_value(guard: object) -> bool:
-    """Whether ``guard`` is ``None``, ``True`` or ``False``: ``1 == True`` and hashes alike."""
-    return guard is None or guard is True or guard is False
-
-
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Row(Generic[S, E]):
@@ -101,7 +96,10 @@ class MachineTable(Generic[S, E]):
     def row(self, state: S, event: E, guard: bool | None = None) -> Row[S, E] | None:
         """The row written for exactly (state, event, guard), or ``None``; a lookup, not a step."""
         row = self._index.get((state, event, guard))
-        return row if row is None or _names_a_value(guard) else None
+        # 1 == True and hashes alike: only None or a bool names a guard's value.
+        if row is not None and (guard is None or guard.__class__ is bool):
+            return row
+        return None
 
     def take(self, state: S, event: E, guard: bool | None = None) -> Row[S, E] | None:
         """The row ``event`` takes from ``state`` when the (state, event)'s guard is ``guard``.
@@ -109,8 +107,8 @@ class MachineTable(Generic[S, E]):
         ``guard`` is ``None`` for unguarded rows. Returns ``None`` from a terminal state (the
         event is absorbed). Raises :class:`IllegalTransition` when no row applies.
         """
-        row = self._index.get((state, event, guard))  # row(), inlined: every step takes it
-        if row is not None and (guard is None or guard.__class__ is bool):  # 1 == True, not a bool
+        row = self.row(state, event, guard)
+        if row is not None:
             return row
         if state in self.terminal:
             return None
