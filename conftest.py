@@ -1,38 +1,18 @@
 """Hypothesis profiles for the whole repository, and the suite checks CI runs only once.
 
-Hypothesis loads a built-in ``ci`` profile whenever the ``CI`` environment variable is set, so
-ours is registered under the same name explicitly: derandomized (a CI failure reproduces on any
-machine), no per-example deadline (2 noisy cores), a bounded number of examples.
-``HYPOTHESIS_PROFILE=deep`` explores much further; its example database stays out of git.
+The profiles (``ci``, ``dev``, ``deep``) are defined once, in
+``diagnosis_harness.modelcheck._profiles``, which the bundled suite and the ``model-check``
+command load too. ``HYPOTHESIS_PROFILE`` picks one; by default ``ci`` when ``CI`` is set, else
+``dev``.
 """
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from hypothesis import HealthCheck, settings
-from hypothesis.database import DirectoryBasedExampleDatabase
 
-settings.register_profile(
-    "ci",
-    derandomize=True,
-    deadline=None,
-    max_examples=100,
-    stateful_step_count=30,
-    suppress_health_check=[HealthCheck.too_slow],
-    print_blob=True,
-)
-settings.register_profile("dev", deadline=None, max_examples=100, stateful_step_count=30)
-settings.register_profile(
-    "deep",
-    deadline=None,
-    max_examples=5_000,
-    stateful_step_count=150,
-    database=DirectoryBasedExampleDatabase(".hypothesis/deep"),
-)
-_default = "ci" if os.environ.get("CI") else "dev"
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or _default)
+from diagnosis_harness.modelcheck._profiles import load_profile
+
+load_profile()
 
 
 # The bundled suite's schedule check enumerates every schedule of the races (as

@@ -80,14 +80,8 @@ from diagnosis_harness._generated.tables import (
     RetryEvent,
 )
 from diagnosis_harness.modelcheck import TransitionCoverage
-from diagnosis_harness.modelcheck._explore import (
-    Attempt,
-    Effect,
-    LiveModels,
-    ModelTiming,
-    ProbeConfig,
-    RunProbe,
-)
+from diagnosis_harness.modelcheck._models import LiveModels, ModelTiming
+from diagnosis_harness.modelcheck._probe import Attempt, Effect, ProbeConfig, RunProbe
 from diagnosis_harness.modelcheck._stateful import (
     MACHINES,
     MachineStats,
@@ -98,7 +92,7 @@ from diagnosis_harness.modelcheck._stateful import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from diagnosis_harness.modelcheck._explore import ModelInstance
+    from diagnosis_harness.modelcheck._models import ModelInstance
 
 RESULTS = Path(__file__).parent / "results"
 MODES = ("full", "runtime only", "model only")

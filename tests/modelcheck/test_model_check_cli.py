@@ -1,21 +1,28 @@
-"""``diagnosis-harness model-check``: the command's options, its summary, its exit status."""
+"""``diagnosis-harness model-check``: the command's options, its summary, ``--json``, its exit
+status, and the output the guide shows."""
 
 from __future__ import annotations
 
 import argparse
 import io
 import json
+import re
 import sys
-import types
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from diagnosis_harness.conformance.suite._support import TERMINAL
-from diagnosis_harness.modelcheck import _cli, _planted
+from diagnosis_harness.modelcheck import CheckResult, _cli, _planted, _spin
+from diagnosis_harness.modelcheck._race_checks import RaceCheck, plan, run_checks
+from diagnosis_harness.modelcheck._results import ModelCheckSummary
 
 if TYPE_CHECKING:
-    from pathlib import Path
+    from collections.abc import Callable
+
+ROOT = Path(__file__).resolve().parents[2]
+GUIDE = ROOT / "docs" / "guides" / "model-checks-and-report.md"
+SMALL = ("--depth", "1", "--max-examples", "3", "--steps", "5")
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -24,25 +31,62 @@ def _args(*argv: str) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
-def _fake(monkeypatch: pytest.MonkeyPatch, name: str, result: object) -> list[tuple[Any, ...]]:
-    calls: list[tuple[Any, ...]] = []
-    module = types.ModuleType(name)
+def _one_race_per_scenario(
+    profile: str, *, tick: Callable[[str, int, int | None], None] | None = None
+) -> CheckResult:
+    """The scheduler's checks, one race per spec scenario: the same lines, in seconds."""
+    chosen: dict[str, RaceCheck] = {}
+    for check in plan(profile):
+        chosen.setdefault(check.scenario.spec_scenario, check)
+    return run_checks(profile, checks=list(chosen.values()), tick=tick)
 
-    def run_checks(*args: Any) -> object:
-        calls.append(args)
-        if isinstance(result, BaseException):
-            raise result
-        return result
 
-    module.run_checks = run_checks  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, name, module)
-    return calls
+@pytest.fixture
+def small(monkeypatch: pytest.MonkeyPatch, small_races: None) -> None:
+    """A small run with one planted defect (test_planted_defects.py hunts all three)."""
+    monkeypatch.setattr(_planted, "DEFECTS", _planted.DEFECTS[:1])
+
+
+@pytest.fixture
+def small_races(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One race per scenario, and a fake Spin that proves one property and refutes one seeded
+    bug."""
+    monkeypatch.setattr(_cli, "run_checks", _one_race_per_scenario)
+
+    def fake_spin(profile: str, racers: int | None = None) -> _spin.SpinSummary:
+        result = _spin.ModelResult(
+            name="budget",
+            racers=racers or 5,
+            property="within_limits",
+            errors=0,
+            states_stored=10,
+            seconds=0.1,
+            expected_violation=False,
+            ok=True,
+            detail=None,
+            trail=[],
+            final=None,
+        )
+        seeded = _spin.ModelResult(
+            {**result, "name": "budget_seeded_bug", "errors": 1, "expected_violation": True}
+        )
+        return _spin.SpinSummary(
+            available=True,
+            reason=None,
+            profile=profile,
+            racers=racers or 5,
+            models=[result, seeded],
+            passed=True,
+        )
+
+    monkeypatch.setattr(_spin, "run_checks", fake_spin)
 
 
 def test_defaults() -> None:
     args = _args()
     assert args.profile == "ci"
     assert args.spin is False
+    assert args.json is False
     assert args.racers is None
     assert args.coverage_out is None
 
@@ -53,109 +97,92 @@ def test_bad_options_are_refused(argv: list[str]) -> None:
         _args(*argv)
 
 
-def test_a_small_run_prints_the_summary_and_writes_the_coverage(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    scheduler = _fake(
-        monkeypatch,
-        _cli._SCHEDULER,
-        {
-            "passed": True,
-            "schedules": 2059,
-            "details": [
-                {
-                    "passed": True,
-                    "requirement": TERMINAL,
-                    "spec_scenario": "Success wins a terminal race",
-                }
-            ],
-        },
-    )
-    spin = _fake(
-        monkeypatch,
-        _cli._SPIN,
-        {
-            "passed": True,
-            "racers": 5,
-            "models": [
-                {"property": "one_winner", "ok": True, "states_stored": 10, "errors": 0},
-                {"property": "seeded", "ok": True, "expected_violation": True, "errors": 1},
-            ],
-        },
-    )
-    # One defect is enough here: test_planted_defects.py hunts all three.
-    monkeypatch.setattr(_planted, "DEFECTS", _planted.DEFECTS[:1])
+@pytest.mark.usefixtures("small")
+def test_a_small_run_prints_a_readable_summary_and_writes_the_coverage(tmp_path: Path) -> None:
     out, err = io.StringIO(), io.StringIO()
     path = tmp_path / "coverage.json"
-    args = _args(
-        "--spin", "--depth", "1", "--max-examples", "3", "--steps", "5",
-        "--coverage-out", str(path),
-    )  # fmt: skip
+    args = _args("--spin", *SMALL, "--coverage-out", str(path))
     assert _cli.run(args, out=out, err=err) == 0, out.getvalue()
     text = out.getvalue()
-    assert "explorer (depth 1)" in text
+    assert "explorer         depth 1:" in text
     for machine in ("RunMachine", "BudgetMachine", "RetryMachine"):
-        assert machine in text
-    assert "planted defects caught: 1/1" in text
-    assert "scheduler: ok" in text
-    assert "schedules: 2,059" in text
-    assert "states stored: 10" in text
-    assert "properties proved: 1/1" in text
-    assert "seeded bugs refuted: 1/1" in text
+        assert f"\n{machine:<16} " in text
+    assert "planted defects  1/1 caught" in text
+    assert "the race found in 5/5 unlocked variants: ok" in text
+    assert "spin             5 racers: 1/1 properties proved, 1/1 seeded bugs refuted" in text
     assert "transition coverage: lifecycle 5/5, budget 4/4, retry 7/7" in text
     assert "model-check passed" in text
-    assert err.getvalue() == ""  # no progress bar for ci
-    assert scheduler == [("ci",)]
-    assert spin == [("ci", None)]
+    assert "None" not in text  # no raw key: value dump
+    assert not re.search(r"^\s*\w+: \S+$", text, re.MULTILINE)
+    # Off a terminal, progress is one line per step on stderr.
+    assert err.getvalue().splitlines() == [
+        "model-check: explorer (depth 1) ...",
+        "model-check: RunMachine ...",
+        "model-check: BudgetMachine ...",
+        "model-check: RetryMachine ...",
+        "model-check: planted defects ...",
+        "model-check: scheduler ...",
+        "model-check: spin ...",
+    ]
     data = json.loads(path.read_text(encoding="utf-8"))
     assert data["covered"] == data["total"] == 16
-    assert data["profile"] == "ci"
     kinds = [check["kind"] for check in data["checks"]]
-    assert kinds == [
-        "exhaustive",
-        "stateful",
-        "stateful",
-        "stateful",
-        "planted",
-        "scheduled",
-        "spin",
-    ]
-    assert all(check["passed"] for check in data["checks"])
+    assert kinds == ["exhaustive", *["stateful"] * 3, "planted", "scheduled", "spin"]
 
 
-def test_unavailable_and_failing_optional_checks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_planted, "DEFECTS", ())  # hunted in test_planted_defects.py
-    monkeypatch.setattr(_cli, "_SCHEDULER", "diagnosis_harness.modelcheck._no_such_scheduler")
-    _fake(monkeypatch, _cli._SPIN, {"passed": False, "available": False, "reason": "no spin"})
+@pytest.mark.usefixtures("small")
+def test_json_prints_the_typed_result_and_round_trips() -> None:
     out = io.StringIO()
-    args = _args("--spin", "--depth", "1", "--max-examples", "2", "--steps", "3")
-    assert _cli.run(args, out=out, err=io.StringIO()) == 1
+    assert _cli.run(_args("--json", *SMALL), out=out, err=io.StringIO()) == 0
+    data = json.loads(out.getvalue())
+    summary = ModelCheckSummary.from_json(data)
+    assert summary.as_json() == data
+    assert summary.passed
+    assert [check.name for check in summary.checks][:2] == ["explorer", "RunMachine"]
+    explorer = summary.checks[0]
+    assert explorer.scenarios
+    assert all(r.unit == "sequences" and r.passed for r in explorer.scenarios)
+    scheduler = next(check for check in summary.checks if check.kind == "scheduled")
+    assert {r.unit for r in scheduler.scenarios} == {"schedules"}
+
+
+def test_a_failure_is_shown_with_its_counterexample(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A planted lifecycle bug: the summary names the failed scenarios, and --json carries the
+    counterexample, which round-trips."""
+    monkeypatch.setattr(_cli, "run_checks", _one_race_per_scenario)
+    monkeypatch.setattr(_planted, "DEFECTS", ())
+    out = io.StringIO()
+    with _planted.replaceable_terminal():
+        status = _cli.run(_args(*SMALL), out=out, err=io.StringIO())
     text = out.getvalue()
-    assert "scheduler: unavailable in this build" in text
-    assert "spin: FAILED" in text
-    assert "reason: no spin" in text
-    assert "model-check FAILED (spin)" in text
-
-
-def test_an_optional_check_that_raises_fails_the_command() -> None:
+    assert status == 1
+    assert "model-check FAILED (explorer" in text
+    assert "FAILED Success wins a terminal race" in text
+    assert "ok     Per-Tool budget is exhausted" in text
+    assert "model:   changed=False" in text
+    assert "runtime: changed=True" in text
     out = io.StringIO()
+    with _planted.replaceable_terminal():
+        _cli.run(_args("--json", *SMALL), out=out, err=io.StringIO())
+    data: dict[str, Any] = json.loads(out.getvalue())
+    summary = ModelCheckSummary.from_json(data)
+    assert summary.as_json() == data
+    explorer = summary.checks[0]
+    failed = [r for r in explorer.scenarios if not r.passed]
+    assert failed
+    assert all(r.counterexample is not None and r.counterexample.steps for r in failed)
 
-    def boom(module: types.ModuleType) -> object:
-        raise RuntimeError("broken")
 
-    passed, result = _cli._optional("spin", "json", boom, out)
-    assert passed is False
-    assert result is not None
-    assert "spin: FAILED (RuntimeError: broken)" in out.getvalue()
-    passed, result = _cli._optional("spin", "json", lambda _: 42, out)
-    assert passed is False
-
-
-def test_passed_reads_the_usual_keys() -> None:
-    assert _cli._passed({"passed": True})
-    assert not _cli._passed({"ok": False})
-    assert not _cli._passed({"violations": 2})
-    assert _cli._passed({"errors": 0, "schedules": 3})
+def test_without_spin_it_says_so_and_spin_unavailable_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_cli, "run_checks", _one_race_per_scenario)
+    monkeypatch.setattr(_planted, "DEFECTS", ())
+    monkeypatch.setattr(_spin, "spin_unavailable_reason", lambda: "spin not found on PATH")
+    out = io.StringIO()
+    assert _cli.run(_args("--spin", *SMALL), out=out, err=io.StringIO()) == 1
+    assert "spin             unavailable: spin not found on PATH" in out.getvalue()
+    assert "model-check FAILED (spin)" in out.getvalue()
 
 
 def test_without_hypothesis_the_command_says_what_to_install(
@@ -167,14 +194,25 @@ def test_without_hypothesis_the_command_says_what_to_install(
     assert "pip install 'diagnosis-harness[modelcheck]'" in err.getvalue()
 
 
-def test_the_progress_bar() -> None:
-    stream = io.StringIO()
-    bar = _cli._Progress(stream, enabled=True, width=10)
-    bar.update("RunMachine", 50, 100, force=True)
-    assert "[#####-----] 50/100" in stream.getvalue()
-    bar.update("explorer", 7, force=True)
-    assert "explorer" in stream.getvalue()
-    bar.done()
-    silent = io.StringIO()
-    _cli._Progress(silent, enabled=False).update("x", 1, 2, force=True)
-    assert silent.getvalue() == ""
+# -- the guide's output ----------------------------------------------------------------------------
+
+
+def _normalised(text: str) -> list[str]:
+    """Numbers and timings made ``N``, and which checks exercised a scenario (a small run's
+    machines reach fewer) made ``...``: what a run's size changes goes, the shape stays."""
+    numbers = (re.sub(r"\d[\d,]*(\.\d+)?", "N", line).rstrip() for line in text.splitlines())
+    return [re.sub(r"^( {9})\w+ N \w+(; .*)?$", r"\1...", line) for line in numbers]
+
+
+def _guide_block(start: str) -> str:
+    text = GUIDE.read_text(encoding="utf-8")
+    blocks: list[str] = re.findall(r"```text\n(.*?)```", text, re.DOTALL)
+    return next(block for block in blocks if block.startswith(start))
+
+
+@pytest.mark.usefixtures("small_races")
+def test_the_guide_shows_what_the_command_prints() -> None:
+    out = io.StringIO()
+    assert _cli.run(_args(*SMALL), out=out, err=io.StringIO()) == 0
+    shown = _guide_block("diagnosis-harness model-check (profile ci)")
+    assert _normalised(shown) == _normalised(out.getvalue())

@@ -9,21 +9,31 @@ import pytest
 from diagnosis_harness import BudgetLimits, CancellationReason, FailureKind, RunState
 from diagnosis_harness._generated.tables import RetryState
 from diagnosis_harness.conformance.suite._support import BUDGETS, DEADLINE, RETRY, TERMINAL
-from diagnosis_harness.modelcheck import Disagreement, Exploration, RunProbe, explore
-from diagnosis_harness.modelcheck._explore import (
+from diagnosis_harness.modelcheck import (
+    Disagreement,
+    Exploration,
+    RunProbe,
+    TransitionCoverage,
+    explore,
+    replay_execution,
+    replay_sequence,
+)
+from diagnosis_harness.modelcheck._explorer import (
     RETRY_ATTEMPTS,
     RETRY_POLICIES,
     RETRY_PRELUDES,
     RUN_EVENTS,
     SCENARIOS,
-    Attempt,
-    Effect,
-    LiveModels,
-    MemoModels,
-    ProbeConfig,
-    policies_with_thrice,
 )
-from diagnosis_harness.modelcheck._planted import DEFECTS
+from diagnosis_harness.modelcheck._models import LiveModels, MemoModels
+from diagnosis_harness.modelcheck._planted import (
+    DEFECTS,
+    Defect,
+    replaceable_terminal,
+    retry_ignores_cancellation,
+    tool_total_before_check,
+)
+from diagnosis_harness.modelcheck._probe import Attempt, Effect, ProbeConfig, policies_with_thrice
 
 
 @pytest.mark.model_check
@@ -39,6 +49,8 @@ from diagnosis_harness.modelcheck._planted import DEFECTS
 def test_explorer_finds_no_disagreement(exploration: Exploration) -> None:
     events = len(RUN_EVENTS)
     assert exploration.depth == 4
+    assert exploration.passed
+    assert exploration.counterexamples == ()
     # Every sequence of 1 to 4 run events, and every retry script up to 4 attempts.
     assert exploration.run.sequences == sum(events**d for d in range(1, 5))
     assert exploration.retry.sequences > len(RETRY_POLICIES) * len(RETRY_PRELUDES)
@@ -49,6 +61,9 @@ def test_explorer_finds_no_disagreement(exploration: Exploration) -> None:
     assert exploration.steps > exploration.sequences
     assert exploration.coverage.uncovered() == []
     assert exploration.model_answers > 0
+    # Every scenario the explorer names was exercised by some sequence, and passed.
+    assert [r.scenario for r in exploration.scenarios] == list(SCENARIOS)
+    assert all(r.passed and r.checked > 0 and r.unit == "sequences" for r in exploration.scenarios)
 
 
 def exploration_run_states_expanded(exploration: Exploration) -> int:
@@ -62,10 +77,13 @@ def test_explorer_marks_match_its_scenarios() -> None:
 
 
 def test_explorer_reports_its_figures(exploration: Exploration) -> None:
-    data = exploration.as_dict()
-    assert data["states"] == exploration.run.states + exploration.retry.states
-    assert data["sequences"] == exploration.sequences
-    assert data["scenarios"] == [list(pair) for pair in SCENARIOS]
+    check = exploration.as_check()
+    figures = dict(check.figures)
+    assert check.passed
+    assert figures["states"] == exploration.run.states + exploration.retry.states
+    assert figures["sequences"] == exploration.sequences
+    assert figures["failing_sequences"] == 0
+    assert [r.scenario for r in check.scenarios] == list(SCENARIOS)
 
 
 def test_depth_must_be_positive() -> None:
@@ -75,12 +93,89 @@ def test_depth_must_be_positive() -> None:
 
 @pytest.mark.model_check
 @pytest.mark.parametrize("defect", DEFECTS, ids=[d.name for d in DEFECTS])
-def test_explorer_also_catches_each_planted_defect(defect: object) -> None:
-    from diagnosis_harness.modelcheck._planted import Defect  # noqa: PLC0415
+def test_explorer_also_catches_each_planted_defect(defect: Defect) -> None:
+    coverage = TransitionCoverage()
+    with defect.plant():
+        result = explore(depth=1, coverage=coverage)
+    assert not result.passed
+    assert result.failures > 0
+    assert result.counterexamples
+    assert sum(coverage.per_table()["lifecycle"]) > 0  # rows recorded though checks failed
 
-    assert isinstance(defect, Defect)
-    with defect.plant(), pytest.raises(Disagreement):
-        explore(depth=1)
+
+# -- credit where it was earned: a planted bug fails its own scenarios and no others ---------------
+
+LIFECYCLE_SCENARIOS = {
+    (TERMINAL, "Success wins a terminal race"),
+    (TERMINAL, "Budget exhaustion wins a terminal race"),
+    # A later ending replaces TIMED_OUT or CANCELLED too, which these scenarios' THEN forbids.
+    (DEADLINE, "Deadline expires before a Tool call"),
+    (DEADLINE, "Client disconnects"),
+}
+
+
+def _verdicts(result: Exploration) -> dict[tuple[str, str], bool]:
+    return {r.scenario: r.passed for r in result.scenarios}
+
+
+def test_a_lifecycle_only_bug_is_charged_to_the_terminal_scenarios_only() -> None:
+    coverage = TransitionCoverage()
+    with replaceable_terminal():
+        result = explore(depth=3, coverage=coverage)
+    verdicts = _verdicts(result)
+    assert {pair for pair, passed in verdicts.items() if not passed} == LIFECYCLE_SCENARIOS
+    for pair in SCENARIOS:
+        if pair not in LIFECYCLE_SCENARIOS:  # budget, tokens, retry: exercised and green
+            assert verdicts[pair], pair
+    assert result.unattributed == ()
+    assert coverage.uncovered() == []  # coverage is recorded although checks failed
+    # The counterexample: the shortest sequence, with both answers at the step that differs.
+    success = next(r for r in result.scenarios if r.scenario[1] == "Success wins a terminal race")
+    counterexample = success.counterexample
+    assert counterexample is not None
+    assert counterexample.kind == "sequence"
+    assert [step.action for step in counterexample.steps] == ["succeed", "succeed"]
+    assert counterexample.disagreement == 1
+    at = counterexample.at
+    assert at is not None
+    assert (at.model, at.runtime) == ("changed=False", "changed=True")
+    assert counterexample.text().splitlines()[0] == counterexample.message
+    assert "changed=True" in counterexample.message
+    with replaceable_terminal(), pytest.raises(Disagreement, match="changed=True"):
+        replay_sequence([step.action for step in counterexample.steps])
+    replay_sequence([step.action for step in counterexample.steps])  # fixed: no disagreement
+
+
+def test_a_budget_only_bug_is_charged_to_the_per_tool_scenario_only() -> None:
+    with tool_total_before_check():
+        result = explore(depth=3)
+    verdicts = _verdicts(result)
+    assert {pair for pair, passed in verdicts.items() if not passed} == {
+        (BUDGETS, "Per-Tool budget is exhausted")
+    }
+    per_tool = next(r for r in result.scenarios if r.scenario[1] == "Per-Tool budget is exhausted")
+    counterexample = per_tool.counterexample
+    assert counterexample is not None
+    actions = [step.action for step in counterexample.steps]
+    assert actions == ["reserve_tool_call(search)", "reserve_tool_call(search)"]
+    assert counterexample.disagreement == 1
+    assert "Tool calls" in counterexample.message
+
+
+def test_a_retry_only_bug_is_charged_to_the_retry_scenarios_only() -> None:
+    with retry_ignores_cancellation():
+        result = explore(depth=2)
+    failed = {pair for pair, passed in _verdicts(result).items() if not passed}
+    assert failed
+    assert {requirement for requirement, _ in failed} == {RETRY}
+    assert (RETRY, "Run is cancelled between attempts") in failed
+
+
+def test_replaying_an_unknown_event_names_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="unknown event 'explode'"):
+        replay_sequence(["succeed", "explode"])
+    with pytest.raises(ValueError, match="unknown policy"):
+        replay_execution("nope", "live", [])
 
 
 # -- the probe on its own --------------------------------------------------------------------------

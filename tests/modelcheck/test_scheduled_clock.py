@@ -16,7 +16,9 @@ import pytest
 
 from diagnosis_harness import ManualClock
 from diagnosis_harness._checkpoint import scheduled
-from diagnosis_harness.modelcheck._scheduler import InvariantViolation, Scenario, explore
+from diagnosis_harness.modelcheck._races import Scenario
+from diagnosis_harness.modelcheck._scheduler import InvariantViolation
+from diagnosis_harness.modelcheck._schedules import explore_schedules as explore
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

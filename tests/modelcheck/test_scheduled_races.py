@@ -7,6 +7,7 @@ checked after the schedule completes (see :mod:`diagnosis_harness.modelcheck._sc
 
 from __future__ import annotations
 
+import ast
 import itertools
 from typing import TYPE_CHECKING
 
@@ -15,19 +16,21 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from diagnosis_harness.conformance.suite._support import BUDGETS, DEADLINE, PRIMITIVES, TERMINAL
-from diagnosis_harness.modelcheck._scheduler import (
+from diagnosis_harness.modelcheck._planted import replaceable_terminal
+from diagnosis_harness.modelcheck._race_checks import RaceCheck, plan, replay_schedule, run_checks
+from diagnosis_harness.modelcheck._races import (
     RACERS,
     Scenario,
     capacity_race,
-    explore,
     model_call_race,
     registration_race,
     reservation_race,
-    run_checks,
-    search,
     snapshot_race,
     terminal_race,
 )
+from diagnosis_harness.modelcheck._scheduler import InvariantViolation
+from diagnosis_harness.modelcheck._schedules import explore_schedules as explore
+from diagnosis_harness.modelcheck._schedules import search_schedules as search
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -249,16 +252,59 @@ def test_hypothesis_finds_the_race_of_the_unlocked_six_racer_run() -> None:
 
 
 def test_the_command_lines_checks_pass_and_find_every_unlocked_race() -> None:
-    summary = run_checks("ci")
-    assert summary["passed"] is True, [d for d in summary["details"] if not d["passed"]]
-    assert summary["scenarios"] == len(summary["details"]) > 0
-    assert summary["races_found_in_unlocked_variants"] == summary["scenarios"]
-    assert summary["schedules"] > 1_000
-    actors = {detail["actors"] for detail in summary["details"]}
+    result = run_checks("ci")
+    assert result.passed, [c.text() for c in result.counterexamples]
+    figures = dict(result.figures)
+    races = plan("ci")
+    assert figures["races"] == len(races) > 0
+    assert figures["races_found_in_unlocked_variants"] == figures["races"]
+    assert isinstance(figures["schedules"], int)
+    assert figures["schedules"] > 1_000
+    actors = {check.scenario.actors for check in races}
     assert {2, 3} <= actors
     assert max(actors) >= 4
-    for detail in summary["details"]:
-        assert detail["locked"]["violations"] == 0
-        assert detail["unlocked"]["first_violation_trace"]
+    # Every race names its spec scenario, and each of those is credited with its schedules.
+    pairs = {(c.scenario.requirement, c.scenario.spec_scenario) for c in races}
+    assert {r.scenario for r in result.scenarios} == pairs
+    assert all(r.passed and r.unit == "schedules" and r.checked > 0 for r in result.scenarios)
     with pytest.raises(ValueError, match="profile"):
         run_checks("fast")
+
+
+def test_a_failing_schedule_is_charged_to_its_race_scenario_only() -> None:
+    terminal = terminal_race("succeed", "fail")
+    capacity = capacity_race([[3], [3]], limit=5)
+    with replaceable_terminal():  # a later finish replaces the first: two racers win
+        result = run_checks("ci", checks=[RaceCheck(terminal), RaceCheck(capacity)])
+        failed = result.scenario((terminal.requirement, terminal.spec_scenario))
+        assert failed is not None
+        counterexample = failed.counterexample
+        assert counterexample is not None
+        # The schedule replays: the same violation, under the same planted bug.
+        replay = dict(_replay_arguments(counterexample.replay))
+        with pytest.raises(InvariantViolation, match="claim the win"):
+            replay_schedule(terminal.name, replay["choices"])
+    assert not result.passed
+    passed = result.scenario((capacity.requirement, capacity.spec_scenario))
+    assert passed is not None
+    assert passed.passed
+    assert passed.checked > 0
+    assert counterexample.kind == "schedule"
+    assert counterexample.message.startswith("terminal[succeed+fail]: 2 racers claim the win")
+    at = counterexample.at
+    assert at is not None
+    assert at.action == "the invariant is checked"
+    assert at.index == len(counterexample.steps) - 1 > 0
+    assert at.runtime is not None
+    assert "claim the win" in at.runtime
+    assert all(": " in step.action for step in counterexample.steps[:-1])  # "actor: site"
+
+
+def _replay_arguments(replay: str) -> list[tuple[str, list[int]]]:
+    """The choices out of a ``replay_schedule(name, [choices], ...)`` line."""
+    call = ast.parse(replay.rsplit("; ", maxsplit=1)[-1]).body[0]
+    assert isinstance(call, ast.Expr)
+    assert isinstance(call.value, ast.Call)
+    choices = ast.literal_eval(call.value.args[1])
+    assert isinstance(choices, list)
+    return [("choices", choices)]

@@ -15,8 +15,8 @@ from diagnosis_harness.modelcheck._scheduler import (
     SchedLock,
     Scheduler,
     SchedulerError,
-    schedules,
 )
+from diagnosis_harness.modelcheck._schedules import schedules
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

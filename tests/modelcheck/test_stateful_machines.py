@@ -2,7 +2,7 @@
 
 Each machine drives one run through any interleaving of its operations, predicts every step on
 the python-statemachine models generated from ``model/`` and checks the spec's sentences after
-every step (see :mod:`diagnosis_harness.modelcheck._explore`). The spec marks below are the
+every step (see :mod:`diagnosis_harness.modelcheck._probe`). The spec marks below are the
 scenarios each machine model-checks; ``test_marks_match_the_machines`` keeps them equal to the
 machines' own ``SCENARIOS``, which the ``model-check`` command reports.
 """
@@ -23,13 +23,12 @@ from diagnosis_harness.conformance.suite._support import (
     RETRY,
     TERMINAL,
 )
+from diagnosis_harness.modelcheck._profiles import register_profiles, settings_for
 from diagnosis_harness.modelcheck._stateful import (
     MACHINES,
     BudgetMachine,
     RetryMachine,
     RunMachine,
-    register_profiles,
-    settings_for,
 )
 
 if TYPE_CHECKING:

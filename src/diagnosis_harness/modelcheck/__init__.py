@@ -3,27 +3,54 @@
 Theory of operation. The tables in ``model/`` are the truth; the runtime walks tables generated
 from them, and python-statemachine models generated from the same tables are the oracle. This
 package checks the first against the second, from an installed wheel
-(``diagnosis-harness model-check``):
+(``diagnosis-harness model-check``), one idea per module:
 
-* :mod:`._explore` -- the :class:`RunProbe` every check drives (one real run, its models, a
-  reference of plain counters, and the invariants, which are the spec's sentences), and the
-  exhaustive breadth-first explorer of each table's reachable states and of every event sequence
-  up to depth 4;
+* :mod:`._models` -- the generated models as the checks step them (live, or memoized);
+* :mod:`._probe` -- the :class:`RunProbe` every check drives: one real run, its models, a
+  reference of plain counters, the invariants (the spec's sentences), and which spec scenarios
+  each step exercises;
+* :mod:`._explorer` -- the exhaustive breadth-first explorer of each table's reachable states and
+  of every event sequence up to depth 4;
 * :mod:`._stateful` -- Hypothesis ``RuleBasedStateMachine`` s driving one run through any
-  interleaving of its operations (needs the ``modelcheck`` extra);
-* :mod:`._planted` -- known defects planted in the runtime, which the machines must catch and
-  shrink to a few steps;
-* :mod:`._coverage` -- :class:`TransitionCoverage`, the count of every row taken, for the
-  conformance report;
+  interleaving of its operations (needs the ``modelcheck`` extra); :mod:`._profiles`, the
+  Hypothesis profiles;
+* :mod:`._planted` -- known defects planted in the runtime, which the checks must catch;
+* :mod:`._scheduler` (the deterministic scheduler of real threads), :mod:`._schedules`
+  (exploring a race's schedules), :mod:`._races` (the race scenarios) and
+  :mod:`._race_checks` (the races each profile checks);
+* :mod:`._spin` -- the Spin models;
+* :mod:`._results`, :mod:`._counterexample`, :mod:`._spec_scenarios` -- what every check
+  returns: per spec scenario, what was checked and the shortest counterexample;
+* :mod:`._coverage` -- :class:`TransitionCoverage`, the count of every row taken;
 * :mod:`._cli` -- the command.
 
-Hypothesis is imported only by :mod:`._stateful`, :mod:`._planted` and, lazily, :mod:`._cli`:
-importing this package needs only the core's dependencies.
+Hypothesis is imported only by :mod:`._stateful`, :mod:`._planted`, :mod:`._profiles` and,
+lazily, :mod:`._schedules` and :mod:`._cli`: importing this package needs only the core's
+dependencies and python-statemachine.
 """
 
 from __future__ import annotations
 
+from ._counterexample import Counterexample, Step
 from ._coverage import TABLES, TransitionCoverage
-from ._explore import Disagreement, Exploration, RunProbe, explore
+from ._disagreement import Disagreement
+from ._explorer import Exploration, explore, replay_execution, replay_sequence
+from ._probe import RunProbe
+from ._race_checks import replay_schedule
+from ._results import CheckResult, ScenarioResult
 
-__all__ = ["TABLES", "Disagreement", "Exploration", "RunProbe", "TransitionCoverage", "explore"]
+__all__ = [
+    "TABLES",
+    "CheckResult",
+    "Counterexample",
+    "Disagreement",
+    "Exploration",
+    "RunProbe",
+    "ScenarioResult",
+    "Step",
+    "TransitionCoverage",
+    "explore",
+    "replay_execution",
+    "replay_schedule",
+    "replay_sequence",
+]

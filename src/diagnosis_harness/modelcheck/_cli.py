@@ -1,55 +1,53 @@
-"""``diagnosis-harness model-check [--profile ci|deep] [--spin]``: every model check, from a wheel.
+"""``diagnosis-harness model-check [--profile ci|dev|deep] [--spin] [--json]``: every model check.
 
-Theory of operation. The command runs, in order, against the installed package:
+Theory of operation. The command runs, in order, against the installed package, each check
+returning a typed :class:`~._results.CheckResult`:
 
-1. the exhaustive explorer (:mod:`._explore`): both breadth-first searches and every event
+1. the exhaustive explorer (:mod:`._explorer`): both breadth-first searches and every event
    sequence up to depth 4 (5 with ``deep``) against the real runtime;
-2. the Hypothesis stateful machines (:mod:`._stateful`) under the chosen profile, registered here
-   because ``conftest.py`` is not shipped;
+2. the Hypothesis stateful machines (:mod:`._stateful`) under the chosen profile
+   (:mod:`._profiles`);
 3. the planted defects (:mod:`._planted`): each must be caught and shrunk to a short sequence;
-4. the deterministic thread scheduler's checks, if this build has
-   ``diagnosis_harness.modelcheck._scheduler`` (``run_checks(profile) -> dict``);
-5. with ``--spin``, the Spin models, if this build has ``diagnosis_harness.modelcheck._spin``
-   (``run_checks(profile, racers) -> dict``).
+4. the deterministic scheduler's race checks (:mod:`._race_checks`);
+5. with ``--spin``, the Spin models (:mod:`._spin`).
 
-It prints one screen: states, edges and sequences explored; Hypothesis examples, steps and
-steps per second (whole check, runtime only, model only); planted defects caught; the scheduler's
-and Spin's summaries (states stored, properties proved -- whatever their dict holds); the
-transition coverage per table; and the spec scenarios that were model-checked. ``deep`` draws a
-progress bar on stderr. ``--coverage-out PATH`` writes the coverage of every row of every table,
-with every check and the scenarios it proves, as JSON for the conformance report.
-
-The optional checks' dict: scalar entries are printed as ``key: value``; a ``passed`` (or
-``ok``) boolean decides whether the check passed, else a positive ``failures`` / ``errors`` /
-``violations`` count fails it, else it passed. An optional check that raises fails the command.
+Progress goes to stderr: a bar per step (rich) on a terminal, one line per step otherwise. The
+summary goes to stdout: one line per check, the transition coverage, then each spec scenario
+with what checked it and, for a failed one, its counterexample. ``--json`` prints the
+:class:`~._results.ModelCheckSummary` as JSON instead. ``--coverage-out PATH`` writes the
+coverage of every row of every table, with every check's result, as JSON.
 
 Exit status: 0 when every check passed and every row was taken; 1 when something failed (or
-``--spin`` was asked for and Spin is unavailable); 2 when the ``modelcheck`` extra (Hypothesis)
-is not installed.
+``--spin`` was asked for and Spin is unavailable); 2 when the ``modelcheck`` extra is missing.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 import time
-from collections.abc import Callable, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Final, final
+from typing import IO, TYPE_CHECKING, Final, final
 
+from . import _spin
 from ._coverage import TransitionCoverage
-from ._explore import Disagreement, explore
+from ._explorer import explore
+from ._race_checks import run_checks
+from ._results import CheckResult, ModelCheckSummary
 
 if TYPE_CHECKING:
-    from types import ModuleType
+    from collections.abc import Callable, Iterator
 
-__all__ = ["add_arguments", "main", "run"]
+    from rich.progress import Progress
 
-_DEPTH: Final = {"ci": 4, "deep": 5}
-_SCHEDULER: Final = "diagnosis_harness.modelcheck._scheduler"
-_SPIN: Final = "diagnosis_harness.modelcheck._spin"
+    from ._spec_scenarios import SpecScenario
+
+__all__ = ["add_arguments", "main", "render", "run"]
+
+_DEPTH: Final = {"ci": 4, "dev": 4, "deep": 5}
+_SPIN_PROFILE: Final = {"ci": "ci", "dev": "ci", "deep": "deep"}
 
 
 def _positive(text: str) -> int:
@@ -66,10 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``model-check`` options to ``parser``."""
     parser.add_argument(
         "--profile",
-        choices=("ci", "deep"),
+        choices=("ci", "dev", "deep"),
         default="ci",
-        help="ci: derandomized, 100 examples x 30 steps, depth 4 (default); "
-        "deep: 5,000 examples x 150 steps, depth 5, with a progress bar",
+        help="ci: derandomized, 100 examples x 30 steps, depth 4 (default); dev: the same with "
+        "random seeds; deep: 5,000 examples x 150 steps, depth 5",
     )
     parser.add_argument(
         "--spin", action="store_true", help="also verify the Spin models (needs spin and gcc)"
@@ -78,6 +76,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--racers",
         type=_positive,
         help="racing threads in the Spin models (default: the Spin check's own per profile)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result as JSON (every check, its scenarios and counterexamples)",
     )
     parser.add_argument(
         "--coverage-out",
@@ -94,170 +97,165 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=_positive, help="Hypothesis steps per example (profile's)")
 
 
-# -- output ----------------------------------------------------------------------------------------
+# -- progress --------------------------------------------------------------------------------------
+
+
+def _quiet(what: str, done: int, total: int | None) -> None:
+    del what, done, total  # off a terminal, one line per step is all the progress there is
 
 
 @final
-class _Progress:
-    """A one-line textual progress bar on a terminal stream; silent when disabled."""
+class _Steps:
+    """Progress on stderr: a transient rich bar per step on a terminal, else one line per step."""
 
-    __slots__ = ("_enabled", "_last", "_stream", "_width")
+    __slots__ = ("_err", "_progress")
 
-    def __init__(self, stream: IO[str], *, enabled: bool, width: int = 30) -> None:
-        self._stream = stream
-        self._enabled = enabled
-        self._width = width
-        self._last = 0.0
+    def __init__(self, err: IO[str], progress: Progress | None) -> None:
+        self._err = err
+        self._progress = progress
 
-    def update(
-        self, label: str, done: int, total: int | None = None, *, force: bool = False
-    ) -> None:
-        if not self._enabled:
+    @contextmanager
+    def step(self, title: str) -> Iterator[Callable[[str, int, int | None], None]]:
+        progress = self._progress
+        if progress is None:
+            print(f"model-check: {title} ...", file=self._err, flush=True)
+            yield _quiet
             return
-        now = time.monotonic()
-        if not force and now - self._last < 0.2:
-            return
-        self._last = now
-        if total:
-            filled = min(self._width, self._width * done // total)
-            bar = "#" * filled + "-" * (self._width - filled)
-            text = f"{label:<24} [{bar}] {min(done, total):,}/{total:,}"
-        else:
-            text = f"{label:<24} {done:,}"
-        self._stream.write(f"\r{text:<79}")
-        self._stream.flush()
+        task = progress.add_task(title, total=None)
 
-    def done(self) -> None:
-        if self._enabled:
-            self._stream.write("\r" + " " * 79 + "\r")
-            self._stream.flush()
+        def tick(what: str, done: int, total: int | None) -> None:
+            progress.update(task, description=f"{title}: {what}", completed=done, total=total)
+
+        try:
+            yield tick
+        finally:
+            progress.remove_task(task)
+
+
+def _progress(err: IO[str]) -> Progress | None:
+    if not err.isatty():
+        return None
+    from rich.console import Console  # noqa: PLC0415 - the modelcheck extra, imported on use
+    from rich.progress import (  # noqa: PLC0415
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(file=err),
+        transient=True,
+    )
+
+
+# -- the summary -----------------------------------------------------------------------------------
 
 
 def _ok(passed: bool) -> str:
     return "ok" if passed else "FAILED"
 
 
-def _scalar(value: object) -> str:
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        return f"{value:,.3g}"
-    if isinstance(value, (list, tuple)):
-        return ", ".join(_scalar(item) for item in value) or "-"
-    if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{k}: {_scalar(v)}" for k, v in value.items()) + "}"
-    return str(value)
-
-
-def _passed(result: Mapping[str, object]) -> bool:
-    for key in ("passed", "ok"):
-        value = result.get(key)
-        if isinstance(value, bool):
-            return value
-    for key in ("failures", "errors", "violations"):
-        value = result.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return False
-    return True
-
-
-def _pairs(check: Mapping[str, object]) -> list[tuple[str, str]]:
-    """The (requirement, scenario) pairs a check says it proves.
-
-    Either a ``scenarios`` list of pairs, or entries of a list (``details``, say) that passed and
-    name a ``requirement`` and a ``spec_scenario``.
-    """
-    found: list[tuple[str, str]] = []
-    pairs = check.get("scenarios")
-    if isinstance(pairs, (list, tuple)):
-        found.extend(
-            (pair[0], pair[1])
-            for pair in pairs
-            if isinstance(pair, (list, tuple))
-            and len(pair) == 2
-            and isinstance(pair[0], str)
-            and isinstance(pair[1], str)
+def _scenario_lines(checks: tuple[CheckResult, ...]) -> list[str]:
+    """Per spec scenario: passed or failed, and what checked it; a failure's counterexample."""
+    order: list[SpecScenario] = []
+    by_pair: dict[SpecScenario, list[tuple[CheckResult, int]]] = {}
+    for check in checks:
+        for index, result in enumerate(check.scenarios):
+            if result.scenario not in by_pair:
+                order.append(result.scenario)
+                by_pair[result.scenario] = []
+            by_pair[result.scenario].append((check, index))
+    lines = [f"spec scenarios model-checked: {len(order)}"]
+    for pair in order:
+        entries = [(check, check.scenarios[index]) for check, index in by_pair[pair]]
+        passed = all(result.passed for _, result in entries)
+        what = "; ".join(
+            f"{check.name} {result.checked:,} {result.unit}" for check, result in entries
         )
-    for value in check.values():
-        if not isinstance(value, list):
-            continue
-        for item in value:
-            if not isinstance(item, Mapping) or not _passed(item):
-                continue
-            requirement, scenario = item.get("requirement"), item.get("spec_scenario")
-            if isinstance(requirement, str) and isinstance(scenario, str):
-                found.append((requirement, scenario))
-    return found
-
-
-def _summarize(result: Mapping[str, object]) -> list[str]:
-    """One line per scalar entry; lists of results condensed to counts."""
-    lines: list[str] = []
-    for key, value in result.items():
-        if key in ("passed", "ok"):
-            continue
-        if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
-            items: list[Mapping[str, object]] = value
-            passed = sum(1 for item in items if _passed(item))
-            lines.append(f"{key}: {len(items):,} ({passed:,} passed)")
-            stored = [item.get("states_stored") for item in items]
-            if any(isinstance(n, int) for n in stored):
-                total = sum(n for n in stored if isinstance(n, int))
-                lines.append(f"states stored: {total:,}")
-            if any("property" in item for item in items):
-                real = [item for item in items if not item.get("expected_violation")]
-                seeded = [item for item in items if item.get("expected_violation")]
-                proved = sum(1 for item in real if item.get("ok") is True)
-                refuted = sum(1 for item in seeded if item.get("ok") is True)
-                lines.append(f"properties proved: {proved}/{len(real)}")
-                if seeded:
-                    lines.append(f"seeded bugs refuted: {refuted}/{len(seeded)}")
-            continue
-        if isinstance(value, (list, tuple, Mapping)) and len(value) > 8:
-            lines.append(f"{key}: {len(value):,} entries")
-            continue
-        lines.append(f"{key}: {_scalar(value)}")
+        lines.append(f"  {_ok(passed):<6} {pair[1]}  ({pair[0]})")
+        lines.append(f"         {what}")
+        for check, result in entries:
+            if result.counterexample is not None:
+                lines.append(f"         {check.name}: {result.counterexample.message}")
+                lines.extend(
+                    f"           {line}" for line in result.counterexample.text().splitlines()[1:]
+                )
     return lines
 
 
-# -- the optional checks ---------------------------------------------------------------------------
-
-
-def _load(name: str) -> ModuleType | str:
-    """The module, or why it cannot be imported."""
-    try:
-        return importlib.import_module(name)
-    except ImportError as error:
-        return f"{type(error).__name__}: {error}"
-
-
-def _optional(
-    title: str, name: str, call: Callable[[ModuleType], object], out: IO[str]
-) -> tuple[bool | None, dict[str, object] | None]:
-    """Run an optional check; (passed or None if unavailable, its result)."""
-    module = _load(name)
-    if isinstance(module, str):
-        print(f"{title}: unavailable in this build ({module})", file=out)
-        return None, None
-    try:
-        raw = call(module)
-    except Exception as error:  # a broken optional check fails the command, it does not crash it
-        print(f"{title}: FAILED ({type(error).__name__}: {error})", file=out)
-        return False, {"passed": False, "error": f"{type(error).__name__}: {error}"}
-    if not isinstance(raw, Mapping):
-        print(f"{title}: FAILED (run_checks returned {raw!r}, not a dict)", file=out)
-        return False, {"passed": False, "error": "run_checks did not return a dict"}
-    result = {str(key): value for key, value in raw.items()}
-    passed = _passed(result)
-    print(f"{title}: {_ok(passed)}", file=out)
-    for line in _summarize(result):
-        print(f"  {line}", file=out)
-    return passed, result
+def render(summary: ModelCheckSummary) -> str:
+    """The readable summary the command prints (without ``--json``)."""
+    lines = [f"diagnosis-harness model-check (profile {summary.profile})"]
+    for check in summary.checks:
+        lines.append(f"{check.name:<16} {check.summary}")
+        lines.extend(f"  {line}" for line in check.details)
+        lines.extend(f"  problem: {line}" for line in check.problems)
+    tables = ", ".join(f"{table} {a}/{b}" for table, a, b in summary.coverage)
+    lines.append(f"transition coverage: {tables}")
+    if summary.never_taken:
+        lines.append(f"  never taken: {', '.join(summary.never_taken)}")
+    lines.extend(_scenario_lines(summary.checks))
+    failed = [check.name for check in summary.checks if not check.passed]
+    if summary.never_taken:
+        failed.append("coverage")
+    if failed:
+        lines.append(f"model-check FAILED ({', '.join(failed)}) in {summary.seconds:.1f} s")
+    else:
+        lines.append(f"model-check passed in {summary.seconds:.1f} s")
+    return "\n".join(lines) + "\n"
 
 
 # -- the command -----------------------------------------------------------------------------------
+
+
+def _checks(
+    args: argparse.Namespace, steps: _Steps, coverage: TransitionCoverage
+) -> list[CheckResult]:
+    """Run every check the arguments ask for, in order."""
+    from hypothesis import settings  # noqa: PLC0415 - the optional extra, imported on use
+
+    from . import _planted, _stateful  # noqa: PLC0415 - they import Hypothesis
+    from ._profiles import settings_for  # noqa: PLC0415
+
+    profile: str = args.profile
+    depth = args.depth or _DEPTH[profile]
+    results: list[CheckResult] = []
+    with steps.step(f"explorer (depth {depth})") as tick:
+        results.append(explore(depth=depth, coverage=coverage, tick=tick).as_check())
+    base = settings_for(profile)
+    chosen = settings(
+        base,
+        max_examples=args.max_examples or base.max_examples,
+        stateful_step_count=args.steps or base.stateful_step_count,
+    )
+    for machine in _stateful.MACHINES:
+        with steps.step(machine.__name__) as tick:
+            stats = _stateful.MachineStats(machine.__name__)
+            examples = chosen.max_examples
+            stats.on_example = lambda s, tick=tick, n=examples: tick("examples", s.examples, n)
+            results.append(
+                _stateful.check_machine(machine, settings=chosen, coverage=coverage, stats=stats)
+            )
+    with steps.step("planted defects") as tick:
+        results.append(_planted.check_planted(tick=tick))
+    with steps.step("scheduler") as tick:
+        results.append(run_checks(profile, tick=tick))
+    if args.spin:
+        with steps.step("spin") as tick:
+            results.append(_spin.check(_SPIN_PROFILE[profile], args.racers, tick=tick))
+    else:
+        results.append(
+            CheckResult(name="spin", kind="spin", passed=True, summary="skipped (pass --spin)")
+        )
+    return results
 
 
 def run(args: argparse.Namespace, *, out: IO[str] | None = None, err: IO[str] | None = None) -> int:
@@ -265,9 +263,8 @@ def run(args: argparse.Namespace, *, out: IO[str] | None = None, err: IO[str] | 
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
     try:
-        from hypothesis import settings  # noqa: PLC0415 - the optional extra, imported on use
-
-        from . import _planted, _stateful  # noqa: PLC0415 - they import Hypothesis
+        import hypothesis  # noqa: F401, PLC0415 - the optional extra, imported on use
+        import rich  # noqa: F401, PLC0415
     except ImportError as error:
         print(
             f"model-check needs the 'modelcheck' extra ({error}): "
@@ -275,175 +272,37 @@ def run(args: argparse.Namespace, *, out: IO[str] | None = None, err: IO[str] | 
             file=err,
         )
         return 2
-    profile: str = args.profile
     started = time.perf_counter()
-    progress = _Progress(err, enabled=profile == "deep")
     coverage = TransitionCoverage()
-    checks: list[dict[str, Any]] = []
-    failed: list[str] = []
-    print(f"diagnosis-harness model-check (profile {profile})", file=out)
-
-    # 1. The explorer.
-    depth = args.depth or _DEPTH[profile]
-
-    def tick(what: str, done: int, total: int | None) -> None:
-        progress.update(f"explorer: {what}", done, total)
-
-    try:
-        exploration = explore(depth=depth, coverage=coverage, tick=tick)
-    except Disagreement as error:
-        progress.done()
-        print(f"explorer (depth {depth}): FAILED\n  {error}", file=out)
-        failed.append("explorer")
-        checks.append(
-            {"name": "explorer", "kind": "exhaustive", "passed": False, "error": str(error)}
-        )
+    progress = _progress(err)
+    steps = _Steps(err, progress)
+    if progress is None:
+        checks = _checks(args, steps, coverage)
     else:
-        progress.done()
-        print(
-            f"explorer (depth {depth}): {exploration.states:,} states, {exploration.edges:,} "
-            f"edges, {exploration.sequences:,} sequences, {exploration.steps:,} steps "
-            f"in {exploration.seconds:.1f} s: ok",
-            file=out,
-        )
-        print(
-            f"  run: {exploration.run.states:,} states, {exploration.run.edges:,} edges, "
-            f"{exploration.run.sequences:,} sequences; retry: {exploration.retry.states:,} "
-            f"states, {exploration.retry.edges:,} edges, {exploration.retry.sequences:,} "
-            "sequences",
-            file=out,
-        )
-        checks.append(
-            {
-                "name": "explorer",
-                "kind": "exhaustive",
-                "passed": True,
-                **exploration.as_dict(),
-            }
-        )
-
-    # 2. The stateful machines.
-    _stateful.register_profiles()
-    base = _stateful.settings_for(profile)
-    chosen = settings(
-        base,
-        max_examples=args.max_examples or base.max_examples,
-        stateful_step_count=args.steps or base.stateful_step_count,
+        with progress:
+            checks = _checks(args, steps, coverage)
+    never = tuple(f"{table} row {index}" for table, index in coverage.uncovered())
+    summary = ModelCheckSummary(
+        profile=args.profile,
+        passed=all(check.passed for check in checks) and not never,
+        seconds=time.perf_counter() - started,
+        checks=tuple(checks),
+        coverage=tuple((table, a, b) for table, (a, b) in coverage.per_table().items()),
+        never_taken=never,
     )
-    print(
-        f"stateful ({chosen.max_examples:,} examples x {chosen.stateful_step_count} steps "
-        "per machine):",
-        file=out,
-    )
-    for machine in _stateful.MACHINES:
-        name = machine.__name__
-        stats = _stateful.MachineStats(name)
-        stats.on_example = lambda s: progress.update(s.name, s.examples, chosen.max_examples)
-        try:
-            _stateful.run_machine(machine, settings=chosen, coverage=coverage, stats=stats)
-        except Exception as error:  # a failing example; Hypothesis printed its reproduction
-            passed = False
-            failed.append(name)
-            detail = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-        else:
-            passed, detail = True, ""
-        progress.done()
-        print(
-            f"  {name:<14} {stats.examples:>6,} examples {stats.steps:>8,} steps "
-            f"{stats.seconds:6.1f} s  {stats.steps_per_second:>6,.0f} steps/s "
-            f"(runtime {stats.runtime_steps_per_second:,.0f}/s, "
-            f"model {stats.model_steps_per_second:,.0f}/s): {_ok(passed)}",
-            file=out,
-        )
-        if detail:
-            print(f"    {detail}", file=out)
-            print(f"    shrunk to: {'; '.join(stats.last_steps)}", file=out)
-        checks.append(
-            {
-                "kind": "stateful",
-                "passed": passed,
-                "scenarios": [list(pair) for pair in _stateful.scenarios_of(machine)],
-                **stats.as_dict(),
-                **({"error": detail} if detail else {}),
-            }
-        )
-
-    # 3. The planted defects.
-    catches = []
-    for number, defect in enumerate(_planted.DEFECTS, start=1):
-        progress.update("planted defects", number - 1, len(_planted.DEFECTS), force=True)
-        catches.append(_planted.hunt(defect))
-    progress.done()
-    caught = [c for c in catches if c.caught]
-    shrunk = ", ".join(str(len(c.steps)) for c in caught)
-    print(
-        f"planted defects caught: {len(caught)}/{len(catches)} (shrunk to {shrunk} steps)",
-        file=out,
-    )
-    for catch in catches:
-        if catch.caught:
-            print(f"  {catch.defect}: {'; '.join(catch.steps)}", file=out)
-        else:
-            print(f"  {catch.defect}: NOT CAUGHT ({catch.error})", file=out)
-    if len(caught) != len(catches):
-        failed.append("planted defects")
-    checks.append(
-        {
-            "name": "planted defects",
-            "kind": "planted",
-            "passed": len(caught) == len(catches),
-            "defects": [c.as_dict() for c in catches],
-        }
-    )
-
-    # 4. The scheduler and 5. Spin, when this build has them.
-    passed_scheduler, scheduler = _optional(
-        "scheduler", _SCHEDULER, lambda module: module.run_checks(profile), out
-    )
-    if passed_scheduler is False:
-        failed.append("scheduler")
-    if scheduler is not None:
-        checks.append({"name": "scheduler", "kind": "scheduled", **scheduler})
-    if args.spin:
-        racers: int | None = args.racers
-        passed_spin, spin = _optional(
-            "spin", _SPIN, lambda module: module.run_checks(profile, racers), out
-        )
-        if passed_spin is not True:
-            failed.append("spin")
-        if spin is not None:
-            checks.append({"name": "spin", "kind": "spin", **spin})
-    else:
-        print("spin: skipped (pass --spin)", file=out)
-
-    # Coverage and scenarios.
-    tables = ", ".join(f"{name} {a}/{b}" for name, (a, b) in coverage.per_table().items())
-    print(f"transition coverage: {tables}", file=out)
-    uncovered = coverage.uncovered()
-    if uncovered:
-        failed.append("coverage")
-        rows = ", ".join(f"{table} row {index}" for table, index in uncovered)
-        print(f"  never taken: {rows}", file=out)
-    proved = {pair for check in checks if check.get("passed") for pair in _pairs(check)}
-    scenarios = sorted(proved)
-    print(f"spec scenarios model-checked: {len(scenarios)}", file=out)
-    for requirement, scenario in scenarios:
-        print(f"  {scenario}  ({requirement})", file=out)
-
     if args.coverage_out is not None:
         data = coverage.as_dict()
-        data["profile"] = profile
-        data["checks"] = checks
+        data["profile"] = args.profile
+        data["checks"] = [check.as_json() for check in checks]
         path: Path = args.coverage_out
-        path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-        print(f"coverage written to {path}", file=out)
-
-    seconds = time.perf_counter() - started
-    if failed:
-        print(f"model-check FAILED ({', '.join(failed)}) in {seconds:.1f} s", file=out)
-        return 1
-    print(f"model-check passed in {seconds:.1f} s", file=out)
-    return 0
+        path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    if args.json:
+        out.write(json.dumps(summary.as_json(), indent=2) + "\n")
+    else:
+        out.write(render(summary))
+        if args.coverage_out is not None:
+            print(f"coverage written to {args.coverage_out}", file=out)
+    return 0 if summary.passed else 1
 
 
 def main(argv: list[str] | None = None) -> int:

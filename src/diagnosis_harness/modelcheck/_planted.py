@@ -18,7 +18,7 @@ own code, wrong), and names the stateful machine expected to catch it:
 :func:`hunt` runs the machine against the patched runtime the way ``hypothesis.find`` would:
 derandomized, no example database, a bounded number of examples; Hypothesis shrinks the first
 failure, and the rules of the final (shrunk) run are the reproduction. A defect counts as caught
-when the run fails with a :class:`~._explore.Disagreement` (or another ``AssertionError``); the
+when the run fails with a :class:`~._disagreement.Disagreement` (or another ``AssertionError``); the
 shrunk sequence is expected to be a handful of steps. The patch is always undone.
 """
 
@@ -36,15 +36,24 @@ from .._endings import RunTermination, ending_of
 from .._generated.tables import LIFECYCLE, BudgetEvent, LifecycleEvent
 from .._limits import BudgetDimension
 from .._run import LocalRun
-from ._stateful import BudgetMachine, MachineStats, RetryMachine, RunMachine, run_machine
+from ._results import CheckResult
+from ._stateful import (
+    BudgetMachine,
+    MachineStats,
+    RetryMachine,
+    RunMachine,
+    machine_counterexample,
+    run_machine,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from .._cancellation import Pending
+    from ._counterexample import Counterexample
     from ._stateful import _ProbeMachine
 
-__all__ = ["DEFECTS", "Catch", "Defect", "hunt", "hunt_all"]
+__all__ = ["DEFECTS", "Catch", "Defect", "check_planted", "hunt", "hunt_all"]
 
 T = TypeVar("T")
 RESERVE = BudgetEvent.RESERVE
@@ -187,6 +196,7 @@ class Catch:
     error: str  # the failure's message, or why nothing was caught
     examples: int
     seconds: float
+    counterexample: Counterexample | None = None  # the shrunk example that caught it
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -238,6 +248,7 @@ def hunt(defect: Defect, *, max_examples: int = 300) -> Catch:
             message,
             stats.examples,
             time.perf_counter() - started,
+            machine_counterexample(defect.machine, stats, error),
         )
     except Exception as error:  # anything else is not the check catching the bug
         return Catch(
@@ -260,3 +271,35 @@ def hunt(defect: Defect, *, max_examples: int = 300) -> Catch:
 
 def hunt_all(*, max_examples: int = 300) -> tuple[Catch, ...]:
     return tuple(hunt(defect, max_examples=max_examples) for defect in DEFECTS)
+
+
+def check_planted(
+    defects: tuple[Defect, ...] | None = None,
+    *,
+    tick: Callable[[str, int, int | None], None] | None = None,
+) -> CheckResult:
+    """Hunt every defect; passed only if each was caught. It shows the checks' power, so it
+    credits no scenario."""
+    chosen = DEFECTS if defects is None else defects
+    catches = []
+    for number, defect in enumerate(chosen):
+        if tick is not None:
+            tick("planted defects", number, len(chosen))
+        catches.append(hunt(defect))
+    caught = [catch for catch in catches if catch.caught]
+    shrunk = ", ".join(str(len(catch.steps)) for catch in caught) or "-"
+    details = tuple(
+        f"{catch.defect}: {'; '.join(catch.steps)}"
+        if catch.caught
+        else f"{catch.defect}: NOT CAUGHT ({catch.error})"
+        for catch in catches
+    )
+    return CheckResult(
+        name="planted defects",
+        kind="planted",
+        passed=len(caught) == len(catches),
+        summary=f"{len(caught)}/{len(catches)} caught, shrunk to {shrunk} steps",
+        problems=tuple(f"{c.defect} not caught: {c.error}" for c in catches if not c.caught),
+        details=details,
+        figures=(("defects", len(catches)), ("caught", len(caught))),
+    )

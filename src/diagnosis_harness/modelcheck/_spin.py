@@ -41,12 +41,16 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, TypedDict, cast, final
 
 from .._generated.tables import LIFECYCLE
+from ._counterexample import Counterexample
+from ._results import CheckResult, ScenarioTally
+from ._spec_scenarios import BUDGET_WINS, CLIENT_DISCONNECTS, PER_TOOL, SUCCESS_WINS
 
 if TYPE_CHECKING:
     import enum
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from .._machine import MachineTable
+    from ._spec_scenarios import SpecScenario
 
 __all__ = [
     "INSTALL_HINT",
@@ -57,6 +61,7 @@ __all__ = [
     "SpinSummary",
     "budget_limits",
     "build_models",
+    "check",
     "check_model",
     "parse_pan_output",
     "render_budget",
@@ -98,6 +103,8 @@ class ModelResult(TypedDict):
     expected_violation: bool  # a seeded-bug model: Spin must refute the property
     ok: bool  # errors == 0 for a real model, errors >= 1 for a seeded bug
     detail: str | None  # why there is no verdict (spin, gcc or pan failed), else None
+    trail: list[str]  # the steps of the trail pan wrote when it found a violation, else []
+    final: str | None  # the globals at the trail's end ("name = value, ..."), else None
 
 
 class SpinSummary(TypedDict):
@@ -411,6 +418,8 @@ def _result(
     seconds: float,
     report: PanReport | None,
     detail: str | None,
+    *,
+    trail: tuple[list[str], str | None] = ([], None),
 ) -> ModelResult:
     errors = None if report is None else report.errors
     if report is not None and detail is None:
@@ -434,6 +443,8 @@ def _result(
         expected_violation=model.expected_violation,
         ok=ok,
         detail=detail,
+        trail=trail[0],
+        final=trail[1],
     )
 
 
@@ -477,8 +488,34 @@ def check_model(
         detail = None
         if report.errors is None and searched.returncode != 0:
             detail = _failed("pan", searched)
-        results.append(_result(model, prop, seconds, report, detail))
+        trail = ([], None) if not report.errors else _read_trail(source, workdir, timeout)
+        results.append(_result(model, prop, seconds, report, detail, trail=trail))
     return results
+
+
+_TRAIL_STEP = re.compile(r"^\s*\d+:\s+proc\s+(\d+) \(([^)]*)\) \S+:(\d+) \(state \d+\)\s+\[(.*)\]$")
+_TRAIL_VALUE = re.compile(r"^\t\t(\S+) = (\S+)$")
+_TRAIL_STEPS_KEPT: Final = 200
+
+
+def _read_trail(source: str, workdir: Path, timeout: float) -> tuple[list[str], str | None]:
+    """The steps of the trail pan just wrote (``spin -t -p``), and the globals at its end."""
+    try:
+        replayed = _run(["spin", "-t", "-p", source], workdir, timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return [], None
+    steps: list[str] = []
+    values: list[str] = []
+    for line in replayed.stdout.splitlines():
+        step = _TRAIL_STEP.match(line)
+        if step is not None:
+            pid, name, number, statement = step.groups()
+            steps.append(f"proc {pid} ({name}) line {number}: {statement}")
+            continue
+        value = _TRAIL_VALUE.match(line)
+        if value is not None:
+            values.append(f"{value.group(1)} = {value.group(2)}")
+    return steps[-_TRAIL_STEPS_KEPT:], (", ".join(values) or None)
 
 
 def run_checks(profile: str, racers: int | None = None) -> SpinSummary:
@@ -504,4 +541,98 @@ def run_checks(profile: str, racers: int | None = None) -> SpinSummary:
         racers=count,
         models=results,
         passed=bool(results) and all(result["ok"] for result in results),
+    )
+
+
+SCENARIOS_OF_MODEL: Final[Mapping[str, tuple[SpecScenario, ...]]] = MappingProxyType(
+    {
+        "terminal_cas": (SUCCESS_WINS, BUDGET_WINS),
+        "callbacks": (CLIENT_DISCONNECTS,),
+        "budget": (PER_TOOL,),
+    }
+)
+"""The spec scenarios each model's properties exercise (a seeded-bug variant, the same)."""
+
+
+def _base(name: str) -> str:
+    return name.removesuffix("_seeded_bug")
+
+
+def _counterexample(result: ModelResult) -> Counterexample:
+    """Why a property result is not ok, with its trail when pan wrote one."""
+    model, prop = result["name"], result["property"]
+    if result["detail"] is not None:
+        message = f"{model}: {prop}: no verdict ({result['detail']})"
+    elif result["expected_violation"]:
+        message = f"{model}: Spin did not refute {prop} in the seeded-bug model"
+    else:
+        message = f"{model}: {prop} is violated ({result['errors']} errors)"
+    steps = result["trail"]
+    return Counterexample.of(
+        "spin",
+        message,
+        steps,
+        disagreement=len(steps) - 1 if steps else None,
+        model=f"{prop} holds" if steps else None,
+        runtime=result["final"] if steps else None,
+        replay=(
+            f"render it with diagnosis_harness.modelcheck._spin.build_models({result['racers']}), "
+            f"then: spin -a {model}.pml && gcc -O0 -o pan pan.c && ./pan -a -N {prop} "
+            f"&& spin -t -p {model}.pml"
+        ),
+    )
+
+
+def check(
+    profile: str,
+    racers: int | None = None,
+    *,
+    tick: Callable[[str, int, int | None], None] | None = None,
+) -> CheckResult:
+    """:func:`run_checks` as a typed result: each property credited to its model's scenarios,
+    a failure charged to them with the Spin trail. ``tick`` is told once the models are
+    checked (Spin reports nothing in between)."""
+    summary = run_checks(profile, racers)
+    if tick is not None:
+        tick("models", 1, 1)
+    if not summary["available"]:
+        return CheckResult(
+            name="spin",
+            kind="spin",
+            passed=False,
+            summary=f"unavailable: {summary['reason']}",
+            problems=(f"Spin is unavailable: {summary['reason']}",),
+            figures=(("racers", summary["racers"]),),
+        )
+    tally = ScenarioTally("properties")
+    for result in summary["models"]:
+        pairs = SCENARIOS_OF_MODEL.get(_base(result["name"]), ())
+        if result["ok"]:
+            tally.count(pairs)
+        else:
+            tally.charge(pairs, _counterexample(result))
+    models = summary["models"]
+    real = [r for r in models if not r["expected_violation"]]
+    seeded = [r for r in models if r["expected_violation"]]
+    stored = sum(r["states_stored"] or 0 for r in models)
+    proved = sum(1 for r in real if r["ok"])
+    refuted = sum(1 for r in seeded if r["ok"])
+    return CheckResult(
+        name="spin",
+        kind="spin",
+        passed=summary["passed"],
+        summary=(
+            f"{summary['racers']} racers: {proved}/{len(real)} properties proved, "
+            f"{refuted}/{len(seeded)} seeded bugs refuted, {stored:,} states stored: "
+            f"{'ok' if summary['passed'] else 'FAILED'}"
+        ),
+        scenarios=tally.results(),
+        figures=(
+            ("racers", summary["racers"]),
+            ("properties_proved", proved),
+            ("properties", len(real)),
+            ("seeded_bugs_refuted", refuted),
+            ("seeded_bugs", len(seeded)),
+            ("states_stored", stored),
+        ),
     )

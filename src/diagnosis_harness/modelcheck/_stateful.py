@@ -5,11 +5,11 @@ operations of one diagnosis run -- a Model call, a Tool call (several Tools, one
 override), token usage reports under and over the limits, success, failure, cancellation with
 each reason, the clock moving across the deadline, gate checks, byte reservations, callback
 registrations, and retry executions whose operation follows a script of typed failures. Every
-rule is one step of a :class:`~._explore.RunProbe`: the step is predicted on the python-statemachine
+rule is one step of a :class:`~._probe.RunProbe`: the step is predicted on the python-statemachine
 models generated from ``model/`` (live instances, one per table and one per retry execution),
 with the guards computed by a reference of plain counters, then applied to the real runtime, and
 the two must agree on state and outcome; the probe then checks the invariants, which are the
-spec's sentences (listed in :mod:`._explore`). The machine's ``@invariant`` checks them once more
+spec's sentences (listed in :mod:`._probe`). The machine's ``@invariant`` checks them once more
 after every step, and Hypothesis shrinks any failing interleaving to a short one.
 
 Three machines, because one run ends quickly and everything after its end is absorption:
@@ -23,23 +23,21 @@ Three machines, because one run ends quickly and everything after its end is abs
   between attempts (cancellation, the deadline, the last Model call, success recorded meanwhile),
   sync and async.
 
-Profiles. Hypothesis is the ``modelcheck`` extra and is imported only in this package. The
-repository's ``conftest.py`` registers the ``ci`` / ``dev`` / ``deep`` profiles for pytest; an
-installed wheel has no ``conftest.py``, so :func:`register_profiles` registers the same profiles
-for the ``model-check`` command, and :func:`settings_for` returns them.
+Credit. Every step is on the probe's trail with the spec scenarios it exercises; a machine's
+result (:func:`check_machine`) counts, per scenario, the examples that exercised it, and charges
+a failure -- the shrunk example, as a :class:`~._counterexample.Counterexample` -- to the
+scenarios of the step that failed. The Hypothesis profiles are :mod:`._profiles`.
 """
 
 from __future__ import annotations
 
-import os
 import time
+from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final, cast, final
 
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
@@ -51,21 +49,30 @@ from hypothesis.stateful import (
 
 from .. import Boundary, BudgetLimits, CancellationReason, FailureKind, RunState
 from .._failure import TECHNICAL
-from ._explore import (
-    EXPLICIT_REASONS,
-    Attempt,
-    Effect,
-    LiveModels,
-    ModelTiming,
-    ProbeConfig,
-    RunProbe,
-    policies_with_thrice,
+from ._counterexample import Counterexample
+from ._disagreement import Disagreement
+from ._models import LiveModels, ModelTiming
+from ._probe import EXPLICIT_REASONS, Attempt, Effect, ProbeConfig, RunProbe, policies_with_thrice
+from ._results import CheckResult, ScenarioTally
+from ._spec_scenarios import (
+    BUDGET_WINS,
+    CAPACITY,
+    CLIENT_DISCONNECTS,
+    DEADLINE_BEFORE_TOOL,
+    PER_TOOL,
+    RETRY_CANCELLED,
+    RETRY_TOOL_FAILS,
+    RETRY_TRANSPORT,
+    SUCCESS_WINS,
+    TOKENS_EXCEED,
 )
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ._coverage import TransitionCoverage
+    from ._probe import ProbeStep
+    from ._spec_scenarios import SpecScenario
 
 __all__ = [
     "MACHINES",
@@ -73,69 +80,11 @@ __all__ = [
     "MachineStats",
     "RetryMachine",
     "RunMachine",
-    "register_profiles",
+    "check_machine",
     "run_machine",
-    "settings_for",
 ]
 
 _NS = 1_000_000_000
-
-_REQ_LIFECYCLE = "A Run SHALL have exactly one terminal outcome"
-_REQ_DEADLINE = "Deadline and cancellation SHALL stop subsequent controlled work"
-_REQ_BUDGET = "Run budgets SHALL be explicit, thread-safe, and observable"
-_REQ_RETRY = "Harness retry SHALL be typed, bounded, and recorded"
-_REQ_PRIMITIVES = (
-    "Tool invocation key and Run capacity primitives SHALL be safe and store-independent"
-)
-
-# -- profiles --------------------------------------------------------------------------------------
-
-
-def _deep_database() -> DirectoryBasedExampleDatabase:
-    """The deep profile's example database: in the user's cache, never in a repository."""
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return DirectoryBasedExampleDatabase(str(Path(cache) / "diagnosis-harness" / "hypothesis-deep"))
-
-
-def settings_for(profile: str) -> settings:
-    """The Hypothesis settings of ``profile`` (``ci``, ``dev`` or ``deep``), as in conftest.py."""
-    if profile == "ci":
-        return settings(
-            derandomize=True,
-            database=None,
-            deadline=None,
-            max_examples=100,
-            stateful_step_count=30,
-            suppress_health_check=[HealthCheck.too_slow],
-            print_blob=True,
-        )
-    if profile == "dev":
-        return settings(deadline=None, max_examples=100, stateful_step_count=30)
-    if profile == "deep":
-        return settings(
-            deadline=None,
-            max_examples=5_000,
-            stateful_step_count=150,
-            suppress_health_check=[HealthCheck.too_slow],
-            database=_deep_database(),
-        )
-    raise ValueError(f"unknown profile {profile!r}: use ci, dev or deep")
-
-
-PROFILES: Final = ("ci", "dev", "deep")
-
-
-def register_profiles(register: Callable[[str, settings], object] | None = None) -> None:
-    """Register ``ci``, ``dev`` and ``deep`` with Hypothesis (what conftest.py does for pytest).
-
-    ``register`` defaults to ``settings.register_profile``.
-    """
-    for name in PROFILES:
-        if register is None:
-            settings.register_profile(name, settings_for(name))
-        else:
-            register(name, settings_for(name))
-
 
 # -- statistics ------------------------------------------------------------------------------------
 
@@ -152,6 +101,8 @@ class MachineStats:
     last_steps: list[str] = field(default_factory=list)  # the latest example's rules, in order
     seconds: float = 0.0
     on_example: Callable[[MachineStats], None] | None = None
+    last_trail: list[ProbeStep] = field(default_factory=list)  # the latest example's probe steps
+    exercised: Counter[SpecScenario] = field(default_factory=Counter)  # examples per scenario
 
     def begin_example(self) -> None:
         self.examples += 1
@@ -241,7 +192,7 @@ class _ProbeMachine(RuleBasedStateMachine):
     """A machine stepping one :class:`RunProbe`; subclasses add the rules."""
 
     CONFIG: ClassVar[ProbeConfig]
-    SCENARIOS: ClassVar[tuple[tuple[str, str], ...]]
+    SCENARIOS: ClassVar[tuple[SpecScenario, ...]]
 
     def __init__(
         self, coverage: TransitionCoverage | None = None, stats: MachineStats | None = None
@@ -253,6 +204,7 @@ class _ProbeMachine(RuleBasedStateMachine):
         self.probe = RunProbe(
             self.CONFIG, models=LiveModels(timing), coverage=coverage, timing=timing
         )
+        self.stats.last_trail = self.probe.trail
 
     @invariant()
     def the_spec_holds(self) -> None:
@@ -261,6 +213,7 @@ class _ProbeMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.probe.close()
+        self.stats.exercised.update({pair for step in self.probe.trail for pair in step.scenarios})
 
     # Shared steps; each subclass exposes the ones it needs as rules.
 
@@ -340,14 +293,14 @@ class RunMachine(_ProbeMachine):
         deadline_ns=10 * _NS,
         policies=policies_with_thrice(),
     )
-    SCENARIOS: ClassVar[tuple[tuple[str, str], ...]] = (
-        (_REQ_LIFECYCLE, "Success wins a terminal race"),
-        (_REQ_LIFECYCLE, "Budget exhaustion wins a terminal race"),
-        (_REQ_DEADLINE, "Deadline expires before a Tool call"),
-        (_REQ_DEADLINE, "Client disconnects"),
-        (_REQ_BUDGET, "Per-Tool budget is exhausted"),
-        (_REQ_BUDGET, "Actual Token usage exceeds the limit"),
-        (_REQ_RETRY, "Run is cancelled between attempts"),
+    SCENARIOS: ClassVar[tuple[SpecScenario, ...]] = (
+        SUCCESS_WINS,
+        BUDGET_WINS,
+        DEADLINE_BEFORE_TOOL,
+        CLIENT_DISCONNECTS,
+        PER_TOOL,
+        TOKENS_EXCEED,
+        RETRY_CANCELLED,
     )
 
     @rule()
@@ -422,11 +375,11 @@ class BudgetMachine(_ProbeMachine):
         policies=policies_with_thrice(),
         capacity_bytes=64,
     )
-    SCENARIOS: ClassVar[tuple[tuple[str, str], ...]] = (
-        (_REQ_BUDGET, "Per-Tool budget is exhausted"),
-        (_REQ_BUDGET, "Actual Token usage exceeds the limit"),
-        (_REQ_LIFECYCLE, "Budget exhaustion wins a terminal race"),
-        (_REQ_PRIMITIVES, "Run byte limit would be exceeded"),
+    SCENARIOS: ClassVar[tuple[SpecScenario, ...]] = (
+        PER_TOOL,
+        TOKENS_EXCEED,
+        BUDGET_WINS,
+        CAPACITY,
     )
 
     @rule()
@@ -486,11 +439,11 @@ class RetryMachine(_ProbeMachine):
         deadline_ns=10 * _NS,
         policies=policies_with_thrice(),
     )
-    SCENARIOS: ClassVar[tuple[tuple[str, str], ...]] = (
-        (_REQ_RETRY, "Router transport failure succeeds on retry"),
-        (_REQ_RETRY, "Tool call fails"),
-        (_REQ_RETRY, "Run is cancelled between attempts"),
-        (_REQ_DEADLINE, "Client disconnects"),
+    SCENARIOS: ClassVar[tuple[SpecScenario, ...]] = (
+        RETRY_TRANSPORT,
+        RETRY_TOOL_FAILS,
+        RETRY_CANCELLED,
+        CLIENT_DISCONNECTS,
     )
 
     @initialize(callbacks=st.integers(0, 2))
@@ -546,3 +499,81 @@ def scenarios_of(machine: type[Any]) -> tuple[tuple[str, str], ...]:
     """The (requirement, scenario) pairs a machine model-checks."""
     scenarios: tuple[tuple[str, str], ...] = machine.SCENARIOS
     return scenarios
+
+
+def machine_counterexample(
+    machine: type[_ProbeMachine], stats: MachineStats, error: BaseException
+) -> Counterexample:
+    """The shrunk example that failed (Hypothesis runs it last), as a counterexample."""
+    actions = [step.action for step in stats.last_trail] or list(stats.last_steps)
+    message = str(error).strip() or type(error).__name__
+    model = error.model if isinstance(error, Disagreement) else None
+    runtime = error.runtime if isinstance(error, Disagreement) else None
+    return Counterexample.of(
+        "hypothesis",
+        f"{machine.__name__}: {message.splitlines()[0]}",
+        actions,
+        disagreement=len(actions) - 1 if actions else None,
+        model=model,
+        runtime=runtime,
+        replay=(
+            f"from diagnosis_harness.modelcheck._stateful import {machine.__name__}, "
+            f"run_machine; run_machine({machine.__name__})  "
+            "# under the same Hypothesis profile, which shrinks to these steps"
+        ),
+    )
+
+
+def check_machine(
+    machine: type[_ProbeMachine],
+    *,
+    settings: settings | None = None,
+    coverage: TransitionCoverage | None = None,
+    stats: MachineStats | None = None,
+) -> CheckResult:
+    """Run ``machine`` (as :func:`run_machine`); its typed result, per scenario.
+
+    A scenario's count is the examples that exercised it. A failure is charged to the scenarios
+    of the step that failed; if that step exercises none, it is one of ``problems``.
+    """
+    stats = MachineStats(machine.__name__) if stats is None else stats
+    tally = ScenarioTally("examples")
+    failure: BaseException | None = None
+    try:
+        run_machine(machine, settings=settings, coverage=coverage, stats=stats)
+    except Exception as error:  # a failing example, shrunk; charged below
+        failure = error
+    for pair, examples in sorted(stats.exercised.items()):
+        tally.count([pair], examples)
+    problems: tuple[str, ...] = ()
+    if failure is not None:
+        counterexample = machine_counterexample(machine, stats, failure)
+        step = next((step for step in reversed(stats.last_trail) if not step.nested), None)
+        culprit = frozenset() if step is None else step.scenarios
+        if culprit:
+            tally.charge(sorted(culprit), counterexample, 0)
+        else:
+            problems = (f"{counterexample.message} (a step of no spec scenario)",)
+    verdict = "ok" if failure is None else "FAILED"
+    return CheckResult(
+        name=machine.__name__,
+        kind="stateful",
+        passed=failure is None,
+        summary=(
+            f"{stats.examples:,} examples, {stats.steps:,} steps, {stats.seconds:.1f} s "
+            f"({stats.steps_per_second:,.0f} steps/s; runtime "
+            f"{stats.runtime_steps_per_second:,.0f}/s, model "
+            f"{stats.model_steps_per_second:,.0f}/s): {verdict}"
+        ),
+        scenarios=tally.results(),
+        problems=problems,
+        figures=(
+            ("examples", stats.examples),
+            ("steps", stats.steps),
+            ("seconds", round(stats.seconds, 3)),
+            ("steps_per_second", round(stats.steps_per_second)),
+            ("runtime_steps_per_second", round(stats.runtime_steps_per_second)),
+            ("model_steps_per_second", round(stats.model_steps_per_second)),
+            ("model_events", stats.timing.model_events),
+        ),
+    )

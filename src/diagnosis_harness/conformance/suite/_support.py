@@ -10,6 +10,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+import pytest
+
 from diagnosis_harness import BudgetLimits, ManualClock, RunContext
 
 if TYPE_CHECKING:
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
         HarnessRetryExecutor,
         RunState,
     )
+    from diagnosis_harness.modelcheck import ScenarioResult
 
 __all__ = [
     "BUDGETS",
@@ -40,6 +43,7 @@ __all__ = [
     "AsyncScripted",
     "Scripted",
     "attempts_summary",
+    "check_scenario",
     "limits",
     "new_run",
     "only_execution",
@@ -202,3 +206,17 @@ class AsyncScripted:
         if isinstance(item, BaseException):
             raise item
         return item
+
+
+def check_scenario(record_property: Callable[[str, object], None], result: ScenarioResult) -> None:
+    """One model check's verdict on one scenario, as the report reads it.
+
+    Records ``checked`` (``{"kind": "sequences" | "schedules" | "examples" | "properties",
+    "count": n}``) and, when the check failed, ``counterexample`` (its JSON form), then fails
+    with the counterexample's text, whose first line says what went wrong.
+    """
+    record_property("checked", {"kind": result.unit, "count": result.checked})
+    counterexample = result.counterexample
+    if counterexample is not None:
+        record_property("counterexample", counterexample.as_json())
+        pytest.fail(counterexample.text(), pytrace=False)

@@ -1,26 +1,42 @@
-"""The deterministic scheduler as a model check of the suite: every schedule of two and three
-racing real threads (ci profile) keeps the invariants with the run's lock, and the deliberately
-unlocked variant of each scenario is caught, which shows the schedules reach the races."""
+"""The deterministic scheduler as a model check of the suite, one item per spec scenario.
+
+Every schedule of two and three racing real threads (``ci``) keeps each race's invariant with
+the run's lock, and the deliberately unlocked variant of each race is caught, which shows the
+schedules reach the race. Each race names its spec scenario: an item fails only when a race of
+its scenario failed, with the violating schedule as the counterexample.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
-from diagnosis_harness.modelcheck._scheduler import run_checks
+from diagnosis_harness.modelcheck._race_checks import plan
 
-from .._support import BUDGETS, DEADLINE, PRIMITIVES, TERMINAL
+from .._support import check_scenario
 
-pytestmark = [
-    pytest.mark.model_check,
-    pytest.mark.spec(TERMINAL, "Success wins a terminal race"),
-    pytest.mark.spec(TERMINAL, "Budget exhaustion wins a terminal race"),
-    pytest.mark.spec(DEADLINE, "Client disconnects"),
-    pytest.mark.spec(BUDGETS, "Per-Tool budget is exhausted"),
-    pytest.mark.spec(PRIMITIVES, "Run byte limit would be exceeded"),
-]
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from diagnosis_harness.modelcheck import CheckResult
+
+pytestmark = pytest.mark.model_check
+
+SCENARIOS = tuple(
+    dict.fromkeys((c.scenario.requirement, c.scenario.spec_scenario) for c in plan("ci"))
+)
 
 
-def test_every_schedule_of_the_races_keeps_the_invariants() -> None:
-    summary = run_checks("ci")
-    failed = [d for d in summary.get("details", []) if not d.get("passed")]
-    assert summary["passed"], failed
+@pytest.mark.parametrize(
+    "scenario",
+    [pytest.param(pair, marks=pytest.mark.spec(*pair), id=pair[1]) for pair in SCENARIOS],
+)
+def test_every_schedule_of_its_races_keeps_the_invariants(
+    scenario: tuple[str, str],
+    race_checks: CheckResult,
+    record_property: Callable[[str, object], None],
+) -> None:
+    result = race_checks.scenario(scenario)
+    assert result is not None, f"no race of {scenario[1]!r} ran"
+    check_scenario(record_property, result)

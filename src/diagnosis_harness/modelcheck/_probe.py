@@ -1,4 +1,4 @@
-"""The run probe every model check drives, and the exhaustive explorer of the tables.
+"""The run probe every model check drives: the oracle.
 
 Theory of operation. A :class:`RunProbe` owns one real run -- a ``RunContext`` on a
 ``ManualClock``, its ``HarnessRetryExecutor`` and optionally a ``RunCapacityCounter`` -- and,
@@ -38,28 +38,12 @@ The invariants, in the spec's words:
   ``AttemptRecord`` (numbered from 1, with its typed failure), no execution has more attempts than
   its policy allows, and the stop reason and what is re-raised are the table's answer.
 
-The explorer. :func:`explore` runs two breadth-first searches against the real runtime:
-
-* **run**: the abstract state of one run -- lifecycle and budget state, every counter capped at
-  its limit + 1 with the limits set to 1-3, whether the clock has reached the deadline, the first
-  reason, the exhausted dimension (in a terminal state the reservation counters are frozen and
-  steer no guard any more, so the abstraction forgets them). Its events are success, failure,
-  cancellation with each reason, the clock reaching the deadline, a gate check, a Model call, a
-  call of each of two Tools, a byte reservation and two kinds of token usage report. Each state
-  is represented by the shortest path to it; an edge replays that path on a fresh run and applies
-  one event, so every check runs against real objects.
-* **retry**: the abstract state of one execution of the executor -- policy, attempts so far, and
-  the run's state at each gate -- over scripted attempts (success, a retryable and a
-  never-retried failure, failures that cancel the run, pass its deadline, spend its last Model
-  call or finish it before the next gate).
-
-Then it runs every event sequence up to depth 4 from the initial state, for both. The counts --
-states, edges, sequences, steps -- and the coverage of every row are in :class:`Exploration`.
-
-Why a memo of the model in the explorer: python-statemachine costs about 95 us per event and the
-explorer applies hundreds of thousands; the generated models carry no data besides their state, so
-the model's answer to (state, event, guard) is computed once by a real model instance and reused
-(:class:`MemoModels`). The Hypothesis machines use live instances (:class:`LiveModels`).
+Which scenarios a step exercises. Each step is appended to :attr:`RunProbe.trail` *before* it is
+applied, with the spec scenarios it exercises (:meth:`RunProbe._scenarios`): decided from the
+model's state before the step, the kind of step and the reference -- a Tool reservation on a
+live run is "Per-Tool budget is exhausted", a late ``succeed()`` after budget exhaustion is
+"Budget exhaustion wins a terminal race", and so on. So when a step raises, the last entry of
+the trail is the step that disagreed, and its scenarios are the ones to charge.
 """
 
 from __future__ import annotations
@@ -68,12 +52,9 @@ import asyncio
 import enum
 import itertools
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, final
-
-from statemachine.exceptions import TransitionNotAllowed
+from typing import TYPE_CHECKING, Any, Final, final
 
 from .. import (
     AttemptOutcome,
@@ -98,7 +79,6 @@ from .. import (
     RunTimedOut,
     StopReason,
 )
-from .._generated.models import BudgetModel, LifecycleModel, RetryModel
 from .._generated.tables import (
     BUDGET,
     LIFECYCLE,
@@ -109,30 +89,39 @@ from .._generated.tables import (
     RetryEvent,
     RetryState,
 )
-from ._coverage import TransitionCoverage
+from ._disagreement import Disagreement
+from ._models import ModelTiming
+from ._spec_scenarios import (
+    BUDGET_WINS,
+    CAPACITY,
+    CLIENT_DISCONNECTS,
+    DEADLINE_BEFORE_TOOL,
+    PER_TOOL,
+    RETRY_CANCELLED,
+    RETRY_TOOL_FAILS,
+    RETRY_TRANSPORT,
+    SUCCESS_WINS,
+    TOKENS_EXCEED,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from statemachine import StateMachine
-
     from .. import Registration, RunTermination
     from .._machine import MachineTable
+    from ._coverage import TransitionCoverage
+    from ._models import ModelInstance, ModelRunner
+    from ._spec_scenarios import SpecScenario
 
 __all__ = [
     "EXPLICIT_REASONS",
-    "SCENARIOS",
+    "THRICE",
     "Attempt",
-    "Disagreement",
     "Effect",
-    "Exploration",
-    "LiveModels",
-    "MemoModels",
-    "ModelTiming",
     "ProbeConfig",
+    "ProbeStep",
     "RunProbe",
-    "SearchFigures",
-    "explore",
+    "policies_with_thrice",
 ]
 
 _now_ns = time.perf_counter_ns
@@ -174,202 +163,6 @@ _KIND_OF_ERROR: Final[Mapping[type[RunTerminated], FailureKind]] = MappingProxyT
 )
 """How the executor classifies a ``RunTerminated`` an attempt raised: never a retryable kind."""
 
-_REQ_LIFECYCLE = "A Run SHALL have exactly one terminal outcome"
-_REQ_DEADLINE = "Deadline and cancellation SHALL stop subsequent controlled work"
-_REQ_BUDGET = "Run budgets SHALL be explicit, thread-safe, and observable"
-_REQ_RETRY = "Harness retry SHALL be typed, bounded, and recorded"
-
-SCENARIOS: Final[tuple[tuple[str, str], ...]] = (
-    (_REQ_LIFECYCLE, "Success wins a terminal race"),
-    (_REQ_LIFECYCLE, "Budget exhaustion wins a terminal race"),
-    (_REQ_DEADLINE, "Deadline expires before a Tool call"),
-    (_REQ_DEADLINE, "Client disconnects"),
-    (_REQ_BUDGET, "Per-Tool budget is exhausted"),
-    (_REQ_BUDGET, "Actual Token usage exceeds the limit"),
-    (_REQ_RETRY, "Router transport failure succeeds on retry"),
-    (_REQ_RETRY, "Tool call fails"),
-    (_REQ_RETRY, "Run is cancelled between attempts"),
-)
-"""The spec scenarios (requirement, scenario) the explorer model-checks."""
-
-
-class Disagreement(AssertionError):
-    """The runtime and the model (or the reference, or an invariant) disagree."""
-
-
-# --- the models ----------------------------------------------------------------------------------
-
-
-class ModelInstance(Protocol):
-    """One python-statemachine model of one table, stepped by (event, guard value)."""
-
-    @property
-    def state(self) -> enum.Enum: ...
-
-    def fire(self, event: enum.Enum, guard: bool | None) -> enum.Enum | None:
-        """The new state, or ``None`` when the model refused (``TransitionNotAllowed``)."""
-        ...
-
-
-class ModelRunner(Protocol):
-    """Makes :class:`ModelInstance` objects for the tables."""
-
-    def new(self, table: MachineTable[Any, Any]) -> ModelInstance: ...
-
-
-@final
-@dataclass(slots=True)
-class ModelTiming:
-    """Where a probe's time went: in the runtime under test, and in the models."""
-
-    runtime_ns: int = 0
-    model_ns: int = 0
-    model_events: int = 0
-    runtime_calls: int = 0
-
-    def add(self, other: ModelTiming) -> None:
-        self.runtime_ns += other.runtime_ns
-        self.model_ns += other.model_ns
-        self.model_events += other.model_events
-        self.runtime_calls += other.runtime_calls
-
-
-_MODEL_CLASSES: Final[Mapping[str, type[StateMachine]]] = MappingProxyType(
-    {LIFECYCLE.name: LifecycleModel, BUDGET.name: BudgetModel, RETRY.name: RetryModel}
-)
-
-
-def _guards(table: MachineTable[Any, Any], guard: bool | None) -> dict[str, bool]:
-    return {} if guard is None else dict.fromkeys(table.guards, guard)
-
-
-def _send(
-    model: StateMachine, table: MachineTable[Any, Any], event: enum.Enum, guard: bool | None
-) -> bool:
-    """Fire ``event`` on a live model through its typed ``fire``; False if not allowed."""
-    fire: Callable[..., None] = model.fire  # type: ignore[attr-defined]  # every generated one has
-    try:
-        fire(event.value, **_guards(table, guard))
-    except TransitionNotAllowed:
-        return False
-    return True
-
-
-def _model_state(model: StateMachine) -> enum.Enum:
-    value = model.current_state_value
-    assert isinstance(value, enum.Enum)
-    return value
-
-
-@final
-class _LiveInstance:
-    __slots__ = ("_model", "_table", "_timing")
-
-    def __init__(self, table: MachineTable[Any, Any], timing: ModelTiming) -> None:
-        self._table = table
-        self._timing = timing
-        started = _now_ns()
-        self._model = _MODEL_CLASSES[table.name]()
-        timing.model_ns += _now_ns() - started
-
-    @property
-    def state(self) -> enum.Enum:
-        return _model_state(self._model)
-
-    def fire(self, event: enum.Enum, guard: bool | None) -> enum.Enum | None:
-        timing = self._timing
-        started = _now_ns()
-        taken = _send(self._model, self._table, event, guard)
-        state = _model_state(self._model)
-        timing.model_ns += _now_ns() - started
-        timing.model_events += 1
-        return state if taken else None
-
-
-@final
-class LiveModels:
-    """Real python-statemachine instances, one per table per run (per execution for retry)."""
-
-    __slots__ = ("timing",)
-
-    def __init__(self, timing: ModelTiming | None = None) -> None:
-        self.timing = ModelTiming() if timing is None else timing
-
-    def new(self, table: MachineTable[Any, Any]) -> ModelInstance:
-        return _LiveInstance(table, self.timing)
-
-
-def _paths(table: MachineTable[Any, Any]) -> dict[enum.Enum, list[tuple[enum.Enum, bool | None]]]:
-    """A shortest (event, guard) path to every state, over the table's rows."""
-    paths: dict[enum.Enum, list[tuple[enum.Enum, bool | None]]] = {table.initial: []}
-    queue = deque([table.initial])
-    while queue:
-        state = queue.popleft()
-        for row in table.rows:
-            if row.source is state and row.target not in paths:
-                guard = None if row.guard is None else row.expect
-                paths[row.target] = [*paths[state], (row.event, guard)]
-                queue.append(row.target)
-    return paths
-
-
-@final
-class _MemoInstance:
-    __slots__ = ("_memo", "_state", "_table")
-
-    def __init__(self, table: MachineTable[Any, Any], memo: MemoModels) -> None:
-        self._table = table
-        self._memo = memo
-        self._state: enum.Enum = table.initial
-
-    @property
-    def state(self) -> enum.Enum:
-        return self._state
-
-    def fire(self, event: enum.Enum, guard: bool | None) -> enum.Enum | None:
-        after = self._memo.answer(self._table, self._state, event, guard)
-        if after is not None:
-            self._state = after
-        return after
-
-
-@final
-class MemoModels:
-    """The models' answers to (state, event, guard), each computed once by a real instance.
-
-    Exact for the generated models: they hold no data besides their state, so the answer depends
-    on nothing else. ``answers`` counts the real model events it took.
-    """
-
-    __slots__ = ("_answers", "_paths", "answers")
-
-    def __init__(self) -> None:
-        self._answers: dict[tuple[str, enum.Enum, enum.Enum, bool | None], enum.Enum | None] = {}
-        self._paths = {table.name: _paths(table) for table in (LIFECYCLE, BUDGET, RETRY)}
-        self.answers = 0
-
-    def new(self, table: MachineTable[Any, Any]) -> ModelInstance:
-        return _MemoInstance(table, self)
-
-    def answer(
-        self, table: MachineTable[Any, Any], state: enum.Enum, event: enum.Enum, guard: bool | None
-    ) -> enum.Enum | None:
-        key = (table.name, state, event, guard)
-        try:
-            return self._answers[key]
-        except KeyError:
-            pass
-        model = _MODEL_CLASSES[table.name]()
-        for step, value in self._paths[table.name][state]:
-            if not _send(model, table, step, value):
-                raise Disagreement(f"{table.name} model refused its own path to {state.name}")
-        if _model_state(model) is not state:
-            raise Disagreement(f"{table.name} model's path does not lead to {state.name}")
-        after = _model_state(model) if _send(model, table, event, guard) else None
-        self.answers += 1
-        self._answers[key] = after
-        return after
-
 
 # --- the scripted attempts of a retry execution ---------------------------------------------------
 
@@ -407,6 +200,45 @@ class Attempt:
 
 
 _RETURN = Attempt()
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ProbeStep:
+    """One step a probe took: what it was, and the spec scenarios it exercises."""
+
+    action: str
+    scenarios: frozenset[SpecScenario]
+    nested: bool = False  # taken by an attempt inside a retry execution
+
+
+_ENDINGS: Final = frozenset({"succeed", "fail", "cancel", "record_usage"})
+"""Steps that may end a run (``record_token_usage`` past a limit exhausts the budget)."""
+_GATES: Final = frozenset({"check", "reserve_model", "reserve_tool", "reserve_bytes", "execute"})
+"""Steps that pass a gate, which refuses them once the run is over or past its deadline."""
+_TOKENS: Final = frozenset(
+    {BudgetDimension.INPUT_TOKENS, BudgetDimension.OUTPUT_TOKENS, BudgetDimension.TOTAL_TOKENS}
+)
+_FIRST_OUTCOME_KEPT: Final[Mapping[RunState, SpecScenario]] = MappingProxyType(
+    {
+        RunState.SUCCESS: SUCCESS_WINS,
+        # The spec's scenario of a first outcome staying, for the outcomes none names.
+        RunState.FAILED: SUCCESS_WINS,
+        RunState.CANCELLED: SUCCESS_WINS,
+        RunState.BUDGET_EXHAUSTED: BUDGET_WINS,
+        RunState.TIMED_OUT: DEADLINE_BEFORE_TOOL,
+    }
+)
+"""A later ending after each first outcome: the scenario that says the first one stays."""
+_LIVE_STEP: Final[Mapping[str, SpecScenario]] = MappingProxyType(
+    {
+        "succeed": SUCCESS_WINS,
+        "cancel": CLIENT_DISCONNECTS,  # with CLIENT_DISCONNECTED only
+        "reserve_tool": PER_TOOL,
+        "record_usage": TOKENS_EXCEED,
+    }
+)
+"""The scenario a step on a live run, before its deadline, exercises."""
 
 
 # --- the probe ------------------------------------------------------------------------------------
@@ -492,8 +324,12 @@ def _tool_limit(limits: BudgetLimits, tool: str) -> int:
     return limits.per_tool_overrides.get(tool, limits.per_tool_calls)
 
 
-def _fail(message: str) -> Disagreement:
-    return Disagreement(message)
+def _fail(message: str, *, model: object = None, runtime: object = None) -> Disagreement:
+    return Disagreement(
+        message,
+        model=None if model is None else str(model),
+        runtime=None if runtime is None else str(runtime),
+    )
 
 
 @final
@@ -504,6 +340,7 @@ class RunProbe:
         "_budget",
         "_callbacks",
         "_executions",
+        "_in_execution",
         "_life",
         "_loop",
         "_records_checked",
@@ -519,6 +356,7 @@ class RunProbe:
         "on_attempt",
         "ref",
         "timing",
+        "trail",
     )
 
     def __init__(
@@ -552,6 +390,9 @@ class RunProbe:
         # False while the explorer replays a prefix it checked before: each step still compares
         # the runtime's answer with the prediction, but the invariants wait for the last step.
         self.checking = True
+        # Every step taken, appended before it is applied: after a raise, the last is the culprit.
+        self.trail: list[ProbeStep] = []
+        self._in_execution = False
         for _ in range(config.callbacks):
             callback = _Callback(self.ctx)
             self._callbacks.append(callback)
@@ -622,6 +463,53 @@ class RunProbe:
         self._end(LifecycleEvent.EXHAUST_BUDGET, CancellationReason.BUDGET_EXHAUSTED, None)
         return _ERROR_FOR[self.life_state]
 
+    def _note(self, kind: str, action: str, **about: Any) -> None:
+        """Append the step about to be applied, with the scenarios it exercises."""
+        self.trail.append(ProbeStep(action, self._scenarios(kind, **about), self._in_execution))
+
+    @property
+    def culprit(self) -> ProbeStep | None:
+        """The step a raise came from: the last one not taken inside a retry execution (a
+        disagreement inside an attempt surfaces when the execution ends)."""
+        return next((step for step in reversed(self.trail) if not step.nested), None)
+
+    def _scenarios(
+        self,
+        kind: str,
+        *,
+        reason: CancellationReason | None = None,
+        policy: RetryPolicy | None = None,
+        script: Sequence[Attempt] = (),
+    ) -> frozenset[SpecScenario]:
+        """The spec scenarios a step of ``kind`` exercises, from the state before it."""
+        ref, state = self.ref, self.life_state
+        found: SpecScenario | None = None
+        if kind == "reserve_capacity":
+            found = CAPACITY
+        elif state is RunState.RUNNING:
+            if kind in _GATES and ref.now_ns >= self.config.deadline_ns:
+                found = DEADLINE_BEFORE_TOOL
+            elif kind == "execute" and policy is not None:
+                return _retry_scenarios(policy, script)
+            else:
+                found = _LIVE_STEP.get(kind)
+                if kind == "cancel" and reason is not CancellationReason.CLIENT_DISCONNECTED:
+                    found = None
+        # The run is over: an ending must not replace the first outcome, a gate must refuse.
+        elif (
+            state is RunState.CANCELLED
+            and ref.first_reason is CancellationReason.CLIENT_DISCONNECTED
+            and kind in _ENDINGS | _GATES
+        ):
+            found = CLIENT_DISCONNECTS
+        elif kind in _ENDINGS:
+            found = _FIRST_OUTCOME_KEPT.get(state)
+        elif kind in _GATES and state is RunState.TIMED_OUT:
+            found = DEADLINE_BEFORE_TOOL
+        elif kind in _GATES and state is RunState.BUDGET_EXHAUSTED and ref.dimension in _TOKENS:
+            found = TOKENS_EXCEED  # "the Core rejects the next controlled operation"
+        return frozenset() if found is None else frozenset({found})
+
     # -- comparing -------------------------------------------------------------------------------
 
     def _compare_error(
@@ -633,12 +521,24 @@ class RunProbe:
     ) -> None:
         if expected is None:
             if got is not None:
-                raise _fail(f"{what}: expected to pass, runtime raised {got!r}")
+                raise _fail(
+                    f"{what}: expected to pass, runtime raised {got!r}",
+                    model="passes",
+                    runtime=repr(got),
+                )
             return
         if got is None:
-            raise _fail(f"{what}: expected {expected.__name__}, runtime let it pass")
+            raise _fail(
+                f"{what}: expected {expected.__name__}, runtime let it pass",
+                model=f"raises {expected.__name__}",
+                runtime="passes",
+            )
         if type(got) is not expected:
-            raise _fail(f"{what}: expected {expected.__name__}, runtime raised {got!r}")
+            raise _fail(
+                f"{what}: expected {expected.__name__}, runtime raised {got!r}",
+                model=f"raises {expected.__name__}",
+                runtime=repr(got),
+            )
         assert isinstance(got, RunTerminated)
         if got.termination is not self.ctx.lifecycle.termination:
             raise _fail(f"{what}: the error carries another termination than the run's")
@@ -664,11 +564,13 @@ class RunProbe:
 
     def succeed(self) -> None:
         """The run's owner records success."""
+        self._note("succeed", "succeed()")
         expected = self._end(LifecycleEvent.SUCCEED, CancellationReason.RUN_FINISHED, "succeeded")
         self._finish("succeed()", expected, self.ctx.lifecycle.succeed)
 
     def fail(self, reason: str = "the operation failed") -> None:
         """The run's owner (an exception handler) records failure."""
+        self._note("fail", f"fail({reason!r})")
         expected = self._end(LifecycleEvent.FAIL, CancellationReason.RUN_FINISHED, reason)
         self._finish(f"fail({reason!r})", expected, lambda: self.ctx.lifecycle.fail(reason))
 
@@ -678,24 +580,34 @@ class RunProbe:
         self.timing.runtime_ns += _now_ns() - started
         self.timing.runtime_calls += 1
         if result.changed is not expected:
-            raise _fail(f"{what}: changed={result.changed}, the model says {expected}")
+            raise _fail(
+                f"{what}: changed={result.changed}, the model says {expected}",
+                model=f"changed={expected}",
+                runtime=f"changed={result.changed}",
+            )
         if result.termination is not self.ctx.lifecycle.termination:
             raise _fail(f"{what}: returned another termination than the run's")
         self._checked()
 
     def cancel(self, reason: CancellationReason) -> None:
         """Cancellation is signalled with ``reason``."""
+        self._note("cancel", f"cancel({reason.name})", reason=reason)
         expected = self._end(_EVENT_FOR_REASON[reason], reason, f"cancelled: {reason.name}")
         started = _now_ns()
         won = self.ctx.cancellation.cancel(reason)
         self.timing.runtime_ns += _now_ns() - started
         self.timing.runtime_calls += 1
         if won is not expected:
-            raise _fail(f"cancel({reason.name}) returned {won}, the model says {expected}")
+            raise _fail(
+                f"cancel({reason.name}) returned {won}, the model says {expected}",
+                model=expected,
+                runtime=won,
+            )
         self._checked()
 
     def advance(self, ns: int) -> None:
         """The clock moves forward ``ns`` nanoseconds (no boundary looks at it yet)."""
+        self._note("advance", f"clock.advance_ns({ns})")
         self.ref.now_ns += ns
         self.clock.advance_ns(ns)
         self._checked()
@@ -706,6 +618,7 @@ class RunProbe:
 
     def check(self, boundary: Boundary) -> None:
         """``ctx.check(boundary)``: the gate."""
+        self._note("check", f"check({boundary.name})")
         expected = self._gate()
         got = self._call(lambda: self.ctx.check(boundary))
         self._compare_error(f"check({boundary.name})", expected, got, boundary)
@@ -713,6 +626,7 @@ class RunProbe:
 
     def reserve_model(self) -> RunTerminated | None:
         """``ctx.reserve_model_call()``; returns what it raised."""
+        self._note("reserve_model", "reserve_model_call()")
         expected = self._gate()
         if expected is None:
             if self.ref.model_calls < self.config.limits.model_calls:
@@ -728,6 +642,7 @@ class RunProbe:
 
     def reserve_tool(self, tool: str) -> RunTerminated | None:
         """``ctx.reserve_tool_call(tool)``; returns what it raised."""
+        self._note("reserve_tool", f"reserve_tool_call({tool!r})")
         expected = self._gate()
         if expected is None:
             limits = self.config.limits
@@ -747,6 +662,7 @@ class RunProbe:
 
     def reserve_bytes(self, n: int) -> RunTerminated | None:
         """``ctx.reserve_bytes(n)``; returns what it raised."""
+        self._note("reserve_bytes", f"reserve_bytes({n})")
         expected = self._gate()
         if expected is None:
             if self.ref.run_bytes + n <= self.config.limits.run_bytes:
@@ -762,6 +678,7 @@ class RunProbe:
 
     def record_usage(self, input_tokens: int, output_tokens: int) -> None:
         """``ctx.record_token_usage(...)``: the actual usage is recorded, even past a limit."""
+        self._note("record_usage", f"record_token_usage({input_tokens}, {output_tokens})")
         ref, limits = self.ref, self.config.limits
         ref.input_tokens += input_tokens
         ref.output_tokens += output_tokens
@@ -785,6 +702,7 @@ class RunProbe:
 
     def reserve_capacity(self, n: int) -> None:
         """``RunCapacityCounter.try_reserve(n)`` on the counter beside the run."""
+        self._note("reserve_capacity", f"capacity.try_reserve({n})")
         counter, limit = self.capacity, self.config.capacity_bytes
         assert counter is not None, "the probe has no capacity counter"
         assert limit is not None
@@ -800,6 +718,7 @@ class RunProbe:
 
     def register(self) -> None:
         """``ctx.cancellation.register(callback)``; runs at once if the run is already over."""
+        self._note("register", "cancellation.register(callback)")
         callback = _Callback(self.ctx)
         self._callbacks.append(callback)
         started = _now_ns()
@@ -813,6 +732,7 @@ class RunProbe:
 
     def unregister(self, index: int) -> None:
         """``Registration.unregister()`` of the callback registered ``index``-th."""
+        self._note("unregister", f"registration[{index}].unregister()")
         callback = self._callbacks[index]
         expected = not callback.calls and not callback.removed
         assert callback.registration is not None
@@ -839,6 +759,9 @@ class RunProbe:
         Past the script the operation returns. Returns the execution's final state.
         """
         policy = self.config.policies[policy_name]
+        how = "execute_async" if use_async else "execute"
+        attempts = ", ".join(str(attempt) for attempt in script) or "return"
+        self._note("execute", f"{how}({policy_name!r}, [{attempts}])", policy=policy, script=script)
         retry = self.models.new(RETRY)
         self.ref.pending = []
         invoked: list[BaseException | object] = []  # what each invocation raised or returned
@@ -859,6 +782,7 @@ class RunProbe:
         started = _now_ns()
         result: object = None
         raised: BaseException | None = None
+        self._in_execution = True
         try:
             if use_async:
                 if self._loop is None:
@@ -869,6 +793,8 @@ class RunProbe:
                 result = self.executor.execute(policy, operation)
         except Exception as error:
             raised = error
+        finally:
+            self._in_execution = False
         self.timing.runtime_ns += _now_ns() - started - inner_ns
         self.timing.runtime_calls += 1
         if problems:
@@ -953,7 +879,11 @@ class RunProbe:
             raise _fail(f"{what}: the executor did not record exactly one execution")
         self._executions.append((policy, len(record.attempts)))
         if record.state is not state:
-            raise _fail(f"{what}: runtime ended in {record.state.name}, the model in {state.name}")
+            raise _fail(
+                f"{what}: runtime ended in {record.state.name}, the model in {state.name}",
+                model=state.name,
+                runtime=record.state.name,
+            )
         if state is RetryState.SUCCEEDED:
             expected_stop = StopReason.SUCCEEDED
             if raised is not None or not invoked or result is not invoked[-1]:
@@ -974,7 +904,11 @@ class RunProbe:
             if record.termination is not self.ctx.lifecycle.termination:
                 raise _fail(f"{what}: the record's termination is not the run's")
         if record.stop is not expected_stop:
-            raise _fail(f"{what}: stop {record.stop.name}, expected {expected_stop.name}")
+            raise _fail(
+                f"{what}: stop {record.stop.name}, expected {expected_stop.name}",
+                model=expected_stop.name,
+                runtime=record.stop.name,
+            )
         if len(record.attempts) != len(invoked):
             raise _fail(
                 f"{what}: {len(invoked)} invocations but {len(record.attempts)} attempt records"
@@ -995,7 +929,11 @@ class RunProbe:
         lifecycle = ctx.lifecycle
         # A Run SHALL have exactly one terminal outcome, never replaced.
         if lifecycle.state is not self.life_state:
-            raise _fail(f"lifecycle is {lifecycle.state.name}, the model {self.life_state.name}")
+            raise _fail(
+                f"lifecycle is {lifecycle.state.name}, the model {self.life_state.name}",
+                model=self.life_state.name,
+                runtime=lifecycle.state.name,
+            )
         termination = lifecycle.termination
         if ref.termination is None:
             if termination is not None:
@@ -1006,10 +944,19 @@ class RunProbe:
             if self._seen is None:
                 self._seen = termination
             elif termination is not self._seen:
-                raise _fail(f"termination {self._seen!r} was replaced by {termination!r}")
+                raise _fail(
+                    f"the first termination ({self._seen.state.name}) was replaced by "
+                    f"{termination.state.name}",
+                    model=repr(self._seen),
+                    runtime=repr(termination),
+                )
             state, reason, at_ns = ref.termination
             if termination.state is not state or termination.at_ns != at_ns:
-                raise _fail(f"termination {termination!r}, expected {state.name} at {at_ns} ns")
+                raise _fail(
+                    f"termination {termination!r}, expected {state.name} at {at_ns} ns",
+                    model=f"{state.name} at {at_ns} ns",
+                    runtime=f"{termination.state.name} at {termination.at_ns} ns",
+                )
             if (reason is not None and termination.reason != reason) or not termination.reason:
                 raise _fail(f"termination reason {termination.reason!r}, expected {reason!r}")
         # The first cancellation reason is kept; the run is cancelled exactly when it is over.
@@ -1028,7 +975,11 @@ class RunProbe:
         # Budget: no counter past its limit but the actual token usage; totals consistent.
         budget = ctx.budget
         if budget.state is not self.budget_state:
-            raise _fail(f"budget is {budget.state.name}, the model {self.budget_state.name}")
+            raise _fail(
+                f"budget is {budget.state.name}, the model {self.budget_state.name}",
+                model=self.budget_state.name,
+                runtime=budget.state.name,
+            )
         if budget.state is BudgetState.EXHAUSTED and termination is None:
             raise _fail("the budget is EXHAUSTED but the run goes on")
         usage = budget.snapshot()
@@ -1054,7 +1005,11 @@ class RunProbe:
             usage.exhausted,
         )
         if actual_usage != expected_usage:
-            raise _fail(f"usage {actual_usage}, expected {expected_usage}")
+            raise _fail(
+                f"usage {actual_usage}, expected {expected_usage}",
+                model=expected_usage,
+                runtime=actual_usage,
+            )
         if (
             usage.model_calls > limits.model_calls
             or usage.tool_calls > limits.tool_calls
@@ -1125,292 +1080,21 @@ class RunProbe:
         )
 
 
-# --- the explorer ---------------------------------------------------------------------------------
-
-
-_NS = 1_000_000_000
-_TOOL_A = "search"
-_TOOL_B = "fetch"
-
-EXPLORE_LIMITS = BudgetLimits(
-    model_calls=1,
-    tool_calls=2,
-    per_tool_calls=1,
-    input_tokens=1,
-    output_tokens=3,
-    total_tokens=3,
-    run_bytes=2,
-    per_tool_overrides={_TOOL_B: 2},
-)
-"""Small limits: every guard flips within two steps. (1, 0) twice passes the input limit,
-(0, 3) twice the output limit, (1, 0) then (0, 3) only the total; search then search passes the
-per-Tool limit, fetch twice then any Tool the total."""
-
-EXPLORE_CONFIG = ProbeConfig(
-    limits=EXPLORE_LIMITS,
-    deadline_ns=10 * _NS,
-    policies=policies_with_thrice(),
-    callbacks=1,
-)
-
-RunEvent = tuple[str, "Callable[[RunProbe], object]"]
-
-RUN_EVENTS: Final[tuple[RunEvent, ...]] = (
-    ("succeed", RunProbe.succeed),
-    ("fail", RunProbe.fail),
-    *(
-        (f"cancel({reason.name})", lambda probe, reason=reason: probe.cancel(reason))
-        for reason in EXPLICIT_REASONS
-    ),
-    ("reach_deadline", RunProbe.reach_deadline),
-    ("check(GUARD)", lambda probe: probe.check(Boundary.GUARD)),
-    ("reserve_model_call", RunProbe.reserve_model),
-    (f"reserve_tool_call({_TOOL_A})", lambda probe: probe.reserve_tool(_TOOL_A)),
-    (f"reserve_tool_call({_TOOL_B})", lambda probe: probe.reserve_tool(_TOOL_B)),
-    ("reserve_bytes(1)", lambda probe: probe.reserve_bytes(1)),
-    ("record_usage(1, 0)", lambda probe: probe.record_usage(1, 0)),
-    ("record_usage(0, 3)", lambda probe: probe.record_usage(0, 3)),
-)
-"""The run explorer's events: every way a run's state can change, each guard both ways."""
-
-RETRY_POLICIES: Final = ("tool_call", "intent_router", THRICE.name)
-
-RETRY_PRELUDES: Final[tuple[RunEvent, ...]] = (
-    ("live", RunProbe.check_invariants),
-    ("cancelled(SHUTDOWN)", lambda probe: probe.cancel(CancellationReason.SHUTDOWN)),
-    ("deadline reached", RunProbe.reach_deadline),
-    ("succeeded", RunProbe.succeed),
-)
-"""What happened to the run before the execution starts."""
-
-RETRY_ATTEMPTS: Final[tuple[Attempt, ...]] = (
-    Attempt(),
-    Attempt(FailureKind.TRANSPORT),
-    Attempt(FailureKind.BUSINESS_REJECTION),
-    Attempt(FailureKind.TRANSPORT, Effect.CANCEL, CancellationReason.USER_REQUESTED),
-    Attempt(FailureKind.TRANSPORT, Effect.PASS_DEADLINE),
-    Attempt(FailureKind.TRANSPORT, Effect.MODEL_CALL),
-    Attempt(FailureKind.RATE_LIMITED, Effect.FINISH_RUN),
-)
-"""The retry explorer's events: what each invocation of the operation does."""
-
-
-@final
-@dataclass(slots=True)
-class SearchFigures:
-    """What one search explored."""
-
-    states: int = 0
-    edges: int = 0
-    sequences: int = 0
-    steps: int = 0  # events applied to a real run, replays included
-
-
-@final
-@dataclass(slots=True)
-class Exploration:
-    """The explorer's result: figures per search, totals, and the rows taken."""
-
-    depth: int
-    run: SearchFigures
-    retry: SearchFigures
-    coverage: TransitionCoverage
-    seconds: float
-    model_answers: int  # real python-statemachine events behind the memo
-
-    @property
-    def states(self) -> int:
-        return self.run.states + self.retry.states
-
-    @property
-    def edges(self) -> int:
-        return self.run.edges + self.retry.edges
-
-    @property
-    def sequences(self) -> int:
-        return self.run.sequences + self.retry.sequences
-
-    @property
-    def steps(self) -> int:
-        return self.run.steps + self.retry.steps
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "depth": self.depth,
-            "states": self.states,
-            "edges": self.edges,
-            "sequences": self.sequences,
-            "steps": self.steps,
-            "run": {
-                "states": self.run.states,
-                "edges": self.run.edges,
-                "sequences": self.run.sequences,
-                "steps": self.run.steps,
-            },
-            "retry": {
-                "states": self.retry.states,
-                "edges": self.retry.edges,
-                "sequences": self.retry.sequences,
-                "steps": self.retry.steps,
-            },
-            "seconds": round(self.seconds, 3),
-            "scenarios": [list(pair) for pair in SCENARIOS],
-        }
-
-
-class _Explorer:
-    """Shared plumbing: fresh probes on one memo and one coverage object."""
-
-    def __init__(self, coverage: TransitionCoverage, config: ProbeConfig) -> None:
-        self.memo = MemoModels()
-        self.coverage = coverage
-        self.config = config
-
-    def probe(self) -> RunProbe:
-        return RunProbe(self.config, models=self.memo, coverage=self.coverage)
-
-
-def _run_replay(explorer: _Explorer, path: Sequence[int], figures: SearchFigures) -> RunProbe:
-    """A fresh run driven along ``path``; the invariants are checked after its last event.
-
-    Every proper prefix of ``path`` was itself explored (and checked) before: breadth first, a
-    state's path is known before any edge from it, and the sequences are walked shortest first.
-    The runtime is deterministic, so a replay only re-compares each answer with the prediction.
-    """
-    probe = explorer.probe()
-    probe.checking = False
-    last = len(path) - 1
-    for position, event in enumerate(path):
-        if position == last:
-            probe.checking = True
-        RUN_EVENTS[event][1](probe)
-    figures.steps += len(path)
-    return probe
-
-
-Tick: TypeAlias = "Callable[[str, int, int | None], None]"
-"""``tick(what, done, total or None)``: told now and then how far a search is (a progress bar)."""
-
-
-def _explore_run(explorer: _Explorer, depth: int, tick: Tick) -> SearchFigures:
-    figures = SearchFigures()
-    # Breadth first over abstract states, each represented by the shortest path to it.
-    initial = explorer.probe()
-    initial.check_invariants()
-    seen: dict[tuple[object, ...], tuple[int, ...]] = {initial.abstract(): ()}
-    queue: deque[tuple[int, ...]] = deque([()])
-    events = range(len(RUN_EVENTS))
-    while queue:
-        path = queue.popleft()
-        for event in events:
-            probe = _run_replay(explorer, (*path, event), figures)
-            figures.edges += 1
-            state = probe.abstract()
-            if state not in seen:
-                seen[state] = (*path, event)
-                queue.append((*path, event))
-        tick("run states", len(seen), None)
-    figures.states = len(seen)
-    # Then every sequence of 1 to `depth` events, shortest first, each on a fresh run.
-    total = sum(len(events) ** length for length in range(1, depth + 1))
-    for length in range(1, depth + 1):
-        for path in itertools.product(events, repeat=length):
-            _run_replay(explorer, path, figures)
-            figures.sequences += 1
-            if figures.sequences % 2048 == 0:
-                tick("run sequences", figures.sequences, total)
-    return figures
-
-
-def _retry_run(
-    explorer: _Explorer, policy: str, prelude: int, script: Sequence[Attempt]
-) -> tuple[RunProbe, tuple[object, ...] | None, RetryState]:
-    """One execution; the abstract state at the gate after the script, if it passed."""
-    probe = explorer.probe()
-    RETRY_PRELUDES[prelude][1](probe)
-    at_gate: list[tuple[object, ...]] = []
-
-    def listen(number: int) -> None:
-        if number == len(script) + 1:
-            at_gate.append((policy, "gate passed", number - 1, probe.abstract()))
-
-    probe.on_attempt = listen
-    state = probe.execute(policy, script)
-    return probe, (at_gate[0] if at_gate else None), state
-
-
-def _explore_retry(explorer: _Explorer, depth: int, tick: Tick) -> SearchFigures:
-    figures = SearchFigures()
-    seen: set[tuple[object, ...]] = set()
-    roots = [
-        (policy, prelude) for policy in RETRY_POLICIES for prelude in range(len(RETRY_PRELUDES))
+def _retry_scenarios(policy: RetryPolicy, script: Sequence[Attempt]) -> frozenset[SpecScenario]:
+    """The retry scenarios an execution on a live run exercises, from its policy and script."""
+    found: set[SpecScenario] = set()
+    first = script[0] if script else _RETURN
+    if policy.max_attempts == 1 and first.failure is not None:
+        found.add(RETRY_TOOL_FAILS)
+    retried = [
+        attempt
+        for attempt in script[: policy.max_attempts - 1]
+        if attempt.failure in policy.retryable
     ]
-    # Breadth first: a node is a script prefix whose next gate passed; its state is the
-    # execution's abstract state there. A script whose execution ended is a leaf.
-    queue: deque[tuple[str, int, tuple[Attempt, ...]]] = deque(
-        (policy, prelude, ()) for policy, prelude in roots
-    )
-    while queue:
-        policy, prelude, script = queue.popleft()
-        probe, at_gate, final = _retry_run(explorer, policy, prelude, script)
-        figures.steps += 2 + len(probe.executor.attempts)  # the prelude, the attempts, the end
-        if at_gate is None:
-            seen.add((policy, final, len(script), probe.abstract()))
-            continue
-        if at_gate in seen:
-            continue
-        seen.add(at_gate)
-        for attempt in RETRY_ATTEMPTS:
-            figures.edges += 1
-            queue.append((policy, prelude, (*script, attempt)))
-        tick("retry states", len(seen), None)
-    figures.states = len(seen)
-
-    # Every sequence of up to `depth` attempts, for every policy and prelude.
-    def walk(policy: str, prelude: int, script: tuple[Attempt, ...]) -> None:
-        probe, at_gate, _ = _retry_run(explorer, policy, prelude, script)
-        figures.sequences += 1
-        figures.steps += 2 + len(probe.executor.attempts)
-        if at_gate is not None and len(script) < depth:
-            for attempt in RETRY_ATTEMPTS:
-                walk(policy, prelude, (*script, attempt))
-
-    for policy, prelude in roots:
-        walk(policy, prelude, ())
-        tick("retry sequences", figures.sequences, None)
-    return figures
-
-
-def _noop(what: str, done: int, total: int | None) -> None:
-    pass
-
-
-def explore(
-    *,
-    depth: int = 4,
-    coverage: TransitionCoverage | None = None,
-    tick: Callable[[str, int, int | None], None] | None = None,
-) -> Exploration:
-    """Run both breadth-first searches and every sequence up to ``depth``; see the docstring.
-
-    Raises :class:`Disagreement` at the first difference. ``tick(what, done, total)`` is called
-    now and then (for a progress bar; ``total`` is ``None`` while unknown).
-    """
-    if depth < 1:
-        raise ValueError(f"depth must be >= 1, got {depth!r}")
-    own = TransitionCoverage()
-    explorer = _Explorer(own, EXPLORE_CONFIG)
-    started = time.perf_counter()
-    run = _explore_run(explorer, depth, tick or _noop)
-    retry = _explore_retry(explorer, depth, tick or _noop)
-    seconds = time.perf_counter() - started
-    if coverage is not None:
-        coverage.merge(own)
-    return Exploration(
-        depth=depth,
-        run=run,
-        retry=retry,
-        coverage=own,
-        seconds=seconds,
-        model_answers=explorer.memo.answers,
-    )
+    if retried and first.effect is Effect.NONE and first.failure is FailureKind.TRANSPORT:
+        found.add(RETRY_TRANSPORT)
+    # The run stops (cancelled, past its deadline, finished, out of Model calls) while a
+    # retryable failure is in flight: the executor must refuse the next attempt.
+    if any(attempt.effect is not Effect.NONE for attempt in retried):
+        found.add(RETRY_CANCELLED)
+    return frozenset(found)
