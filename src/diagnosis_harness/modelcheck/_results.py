@@ -160,7 +160,7 @@ class ScenarioTally:
 
     ``count`` a passing case for the scenarios it exercised; ``charge`` a failing one to the
     scenarios that failed. The shortest counterexample charged to a scenario is kept (the first
-    of the shortest).
+    of the shortest); one without steps (a check that lost its power) only when there is no other.
     """
 
     __slots__ = ("_checked", "_failed", "_order", "unit")
@@ -190,7 +190,7 @@ class ScenarioTally:
             self._add(pair)
             self._checked[pair] += n
             kept = self._failed.get(pair)
-            if kept is None or len(counterexample.steps) < len(kept.steps):
+            if kept is None or _length(counterexample) < _length(kept):
                 self._failed[pair] = counterexample
 
     @property
@@ -202,3 +202,8 @@ class ScenarioTally:
             ScenarioResult(pair, self.unit, self._checked[pair], self._failed.get(pair))
             for pair in self._order
         )
+
+
+def _length(counterexample: Counterexample) -> float:
+    """How short a counterexample is; one without steps shows the least, so it is the longest."""
+    return len(counterexample.steps) or float("inf")
