@@ -185,6 +185,21 @@ def test_without_spin_it_says_so_and_spin_unavailable_fails(
     assert "model-check FAILED (spin)" in out.getvalue()
 
 
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.usefixtures("small")
+def test_on_a_terminal_each_step_has_a_progress_bar() -> None:
+    err = _Terminal()
+    assert _cli.run(_args(*SMALL), out=io.StringIO(), err=err) == 0
+    drawn = err.getvalue()
+    for step in ("explorer (depth 1)", "RunMachine", "planted defects", "scheduler"):
+        assert step in drawn
+    assert "model-check: explorer (depth 1) ..." not in drawn  # not the plain lines
+
+
 def test_without_hypothesis_the_command_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

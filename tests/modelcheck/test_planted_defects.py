@@ -21,10 +21,12 @@ from diagnosis_harness.modelcheck._planted import (
     DEFECTS,
     Defect,
     hunt,
+    hunt_settings,
     replaceable_terminal,
     retry_ignores_cancellation,
     tool_total_before_check,
 )
+from diagnosis_harness.modelcheck._stateful import BudgetMachine, check_machine
 from diagnosis_harness.testing import ManualClock
 
 # These check the checkers (each planted bug is found and shrunk by its machine and the explorer),
@@ -134,3 +136,42 @@ def test_retry_ignores_cancellation_really_retries() -> None:
         with pytest.raises(Exception, match="CANCELLED"):
             ctx.check(Boundary.TOOL)  # other gates still work
     assert len(calls) == 2
+
+
+# -- a Hypothesis machine charges a failure to the scenarios of the step that failed ---------------
+
+
+@pytest.mark.model_check
+@pytest.mark.parametrize(
+    ("defect", "charged"),
+    [
+        (DEFECTS[1], {(BUDGETS, "Per-Tool budget is exhausted")}),
+        (DEFECTS[2], {(RETRY, "Run is cancelled between attempts")}),
+    ],
+    ids=[DEFECTS[1].name, DEFECTS[2].name],
+)
+def test_a_machine_charges_its_failure_to_the_failing_steps_scenarios(
+    defect: Defect, charged: set[tuple[str, str]]
+) -> None:
+    with defect.plant():
+        result = check_machine(defect.machine, settings=hunt_settings())
+    assert not result.passed
+    failed = {r.scenario for r in result.scenarios if not r.passed}
+    assert failed <= charged
+    assert failed, result.problems
+    assert {r.scenario for r in result.scenarios if r.passed}.isdisjoint(charged)
+    assert all(r.unit == "examples" for r in result.scenarios)
+    (counterexample,) = set(result.counterexamples)
+    assert counterexample.kind == "hypothesis"
+    assert counterexample.message.startswith(f"{defect.machine.__name__}: ")
+    assert counterexample.steps
+    assert counterexample.disagreement == len(counterexample.steps) - 1
+    assert "run_machine" in counterexample.replay
+
+
+def test_a_passing_machine_credits_the_scenarios_its_examples_exercised() -> None:
+    result = check_machine(BudgetMachine, settings=hunt_settings(max_examples=30))
+    assert result.passed
+    credited = {r.scenario: r.checked for r in result.scenarios}
+    assert credited[(BUDGETS, "Per-Tool budget is exhausted")] > 0
+    assert all(r.passed and 0 < r.checked <= 30 for r in result.scenarios)

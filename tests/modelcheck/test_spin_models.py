@@ -311,3 +311,42 @@ def test_run_checks_summarises_every_result() -> None:
         (model.name, prop) for model in build_models(3) for prop in model.properties
     }
     assert summary["passed"] is True, [r for r in summary["models"] if not r["ok"]]
+
+
+@needs_spin
+@pytest.mark.model_check
+def test_a_violated_property_is_charged_to_its_scenario_with_the_spin_trail(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The seeded-bug budget model posing as the real one: Spin's violation of
+    ``within_limits`` comes back as a counterexample charged to the per-Tool scenario, its
+    steps the trail pan wrote, the globals at its end as the runtime's answer."""
+    broken = _spin.SpinModel(
+        "budget", 3, _spin.render_budget(3, seeded_bug=True), ("within_limits",)
+    )
+    fine = _spin.SpinModel("callbacks", 3, _spin.render_callbacks(3), ("once",))
+
+    def build_models(racers: int) -> tuple[_spin.SpinModel, ...]:
+        assert racers == 3
+        return (broken, fine)
+
+    monkeypatch.setattr(_spin, "build_models", build_models)
+    result = _spin.check("ci", 3)
+    assert not result.passed
+    verdicts = {r.scenario: r.passed for r in result.scenarios}
+    assert verdicts == {
+        (BUDGETS, "Per-Tool budget is exhausted"): False,
+        (DEADLINE, "Client disconnects"): True,
+    }
+    (counterexample,) = result.counterexamples
+    assert counterexample.kind == "spin"
+    assert counterexample.message.startswith("budget: within_limits is violated")
+    assert len(counterexample.steps) > 3
+    assert all(step.action.startswith("proc ") for step in counterexample.steps)
+    at = counterexample.at
+    assert at is not None
+    assert at.index == len(counterexample.steps) - 1
+    assert at.model == "within_limits holds"
+    assert at.runtime is not None
+    assert "tool_calls = " in at.runtime
+    assert "spin -t -p budget.pml" in counterexample.replay
