@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from diagnosis_harness.modelcheck import CheckResult, _cli, _planted, _spin
+from diagnosis_harness.modelcheck import CheckResult, _cli, _planted, _spin, _stateful
 from diagnosis_harness.modelcheck._race_checks import RaceCheck, plan, run_checks
 from diagnosis_harness.modelcheck._results import ModelCheckSummary
 
@@ -146,14 +146,19 @@ def test_json_prints_the_typed_result_and_round_trips() -> None:
     assert {r.unit for r in scheduler.scenarios} == {"schedules"}
 
 
-def test_a_failure_is_shown_with_its_counterexample(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failure_is_shown_with_its_counterexample(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A planted lifecycle bug: the summary names the failed scenarios, and --json carries the
-    counterexample, which round-trips."""
+    counterexample, which round-trips; nothing else reaches stdout."""
     monkeypatch.setattr(_cli, "run_checks", _one_race_per_scenario)
     monkeypatch.setattr(_planted, "DEFECTS", ())
-    out = io.StringIO()
+    monkeypatch.setattr(_stateful, "MACHINES", (_stateful.RunMachine,))
+    out, err = io.StringIO(), io.StringIO()
+    argv = ("--depth", "1", "--max-examples", "100", "--steps", "10")
     with _planted.replaceable_terminal():
-        status = _cli.run(_args(*SMALL), out=out, err=io.StringIO())
+        status = _cli.run(_args(*argv), out=out, err=err)
+    assert capsys.readouterr().out == ""
     text = out.getvalue()
     assert status == 1
     assert "model-check FAILED (explorer" in text
@@ -163,14 +168,17 @@ def test_a_failure_is_shown_with_its_counterexample(monkeypatch: pytest.MonkeyPa
     assert "runtime: changed=True" in text
     out = io.StringIO()
     with _planted.replaceable_terminal():
-        _cli.run(_args("--json", *SMALL), out=out, err=io.StringIO())
+        _cli.run(_args("--json", *argv), out=out, err=io.StringIO())
     data: dict[str, Any] = json.loads(out.getvalue())
     summary = ModelCheckSummary.from_json(data)
     assert summary.as_json() == data
-    explorer = summary.checks[0]
+    explorer, machine = summary.checks[:2]
     failed = [r for r in explorer.scenarios if not r.passed]
     assert failed
     assert all(r.counterexample is not None and r.counterexample.steps for r in failed)
+    assert machine.name == "RunMachine"
+    assert not machine.passed
+    assert any(c.kind == "hypothesis" for c in machine.counterexamples)
 
 
 def test_without_spin_it_says_so_and_spin_unavailable_fails(

@@ -276,11 +276,16 @@ def run(args: argparse.Namespace, *, out: IO[str] | None = None, err: IO[str] | 
     coverage = TransitionCoverage()
     progress = _progress(err)
     steps = _Steps(err, progress)
-    if progress is None:
-        checks = _checks(args, steps, coverage)
-    else:
-        with progress:
+    from hypothesis.reporting import with_reporter  # noqa: PLC0415 - the extra, on use
+
+    # Hypothesis's own report of a failing example goes to stderr: stdout is the summary (or
+    # the JSON document), and the counterexample is in it already.
+    with with_reporter(lambda text: print(text, file=err)):
+        if progress is None:
             checks = _checks(args, steps, coverage)
+        else:
+            with progress:
+                checks = _checks(args, steps, coverage)
     never = tuple(f"{table} row {index}" for table, index in coverage.uncovered())
     summary = ModelCheckSummary(
         profile=args.profile,
