@@ -34,7 +34,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Final, cast, final
+from typing import TYPE_CHECKING, ClassVar, Final, cast, final
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -192,6 +192,8 @@ class _ProbeMachine(RuleBasedStateMachine):
     """A machine stepping one :class:`RunProbe`; subclasses add the rules."""
 
     CONFIG: ClassVar[ProbeConfig]
+    # The scenarios the machine is built to exercise (its tests' marks); a result credits the
+    # ones its examples actually exercised (see check_machine).
     SCENARIOS: ClassVar[tuple[SpecScenario, ...]]
 
     def __init__(
@@ -493,12 +495,6 @@ def run_machine(
     finally:
         stats.seconds += time.perf_counter() - started
     return stats
-
-
-def scenarios_of(machine: type[Any]) -> tuple[tuple[str, str], ...]:
-    """The (requirement, scenario) pairs a machine model-checks."""
-    scenarios: tuple[tuple[str, str], ...] = machine.SCENARIOS
-    return scenarios
 
 
 def machine_counterexample(
