@@ -253,7 +253,13 @@ def _checks(
             results.append(_spin.check(_SPIN_PROFILE[profile], args.racers, tick=tick))
     else:
         results.append(
-            CheckResult(name="spin", kind="spin", passed=True, summary="skipped (pass --spin)")
+            CheckResult(
+                name="spin",
+                kind="spin",
+                passed=True,
+                summary="skipped (pass --spin)",
+                figures=(("skipped", True),),
+            )
         )
     return results
 

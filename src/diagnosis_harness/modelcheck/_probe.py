@@ -42,8 +42,11 @@ Which scenarios a step exercises. Each step is appended to :attr:`RunProbe.trail
 applied, with the spec scenarios it exercises (:meth:`RunProbe._scenarios`): decided from the
 model's state before the step, the kind of step and the reference -- a Tool reservation on a
 live run is "Per-Tool budget is exhausted", a late ``succeed()`` after budget exhaustion is
-"Budget exhaustion wins a terminal race", and so on. So when a step raises, the last entry of
-the trail is the step that disagreed, and its scenarios are the ones to charge.
+"Budget exhaustion wins a terminal race", and so on; a late ending after an outcome no scenario
+names (``FAILED``, a cancellation other than the client's) counts for "Success wins a terminal
+race", the spec's scenario of a first outcome staying. So when a step raises, the last step not
+taken inside a retry execution (:attr:`RunProbe.culprit`) is the one that disagreed, and its
+scenarios are the ones to charge.
 """
 
 from __future__ import annotations
