@@ -19,7 +19,11 @@ import pytest
 
 from diagnosis_harness.conformance import (
     REPORT_FILES,
+    Checked,
     ConformanceReport,
+    Counterexample,
+    CounterexampleStep,
+    Identity,
     ParsedSpec,
     TestResult,
     build_report,
@@ -50,6 +54,19 @@ COVERAGE = {
     "retry": {1: 100, 2: 3, 3: 60, 4: 30, 5: 10, 6: 30},  # 7: never
 }
 NEVER = {"lifecycle": [5], "budget": [4], "retry": [7]}
+IDENTITY = Identity(version="1.2.3", python="3.12.1", commit="0123456789abcdef", dirty=True)
+FAILURE = "AssertionError: the first outcome must stay\nassert 'FAILED' == 'SUCCEEDED'"
+COUNTEREXAMPLE = Counterexample(
+    kind="explored sequence",
+    message="succeed() after fail() replaced the outcome",
+    steps=(
+        CounterexampleStep(index=0, action="start()", model="RUNNING", runtime="RUNNING"),
+        CounterexampleStep(index=1, action="fail()", model="FAILED", runtime="FAILED"),
+        CounterexampleStep(index=2, action="succeed()", model="FAILED", runtime="SUCCEEDED"),
+    ),
+    disagreement=2,
+    replay="diagnosis-harness model-check --replay 0,1,2",
+)
 
 
 @pytest.fixture(scope="module")
@@ -72,17 +89,22 @@ def _sample(parsed: ParsedSpec, coverage: dict[str, dict[int, int]] | None = COV
                 scenario=scenario.name,
                 outcome=outcome,
                 duration=0.002,
+                message=FAILURE if outcome == "failed" else None,
             )
         )
         if i % 4 == 0:
+            check: TestOutcome = "failed" if i == 4 else "passed"
             results.append(
                 TestResult(
                     nodeid=f"tests/stateful/test_model.py::TestMachine::runTest[{i}]",
                     requirement=scenario.requirement,
                     scenario=scenario.name,
-                    outcome="passed",
+                    outcome=check,
                     model_check=True,
                     duration=0.5,
+                    message="Disagreement: the model and the runtime differ" if i == 4 else None,
+                    checked=Checked(kind="sequences", count=1234),
+                    counterexample=COUNTEREXAMPLE if i == 4 else None,
                 )
             )
     results.append(
@@ -93,7 +115,7 @@ def _sample(parsed: ParsedSpec, coverage: dict[str, dict[int, int]] | None = COV
             outcome="passed",
         )
     )
-    return build_report(parsed, results, coverage=coverage, version="1.2.3")
+    return build_report(parsed, results, coverage=coverage, identity=IDENTITY)
 
 
 @pytest.fixture(scope="module")
@@ -122,20 +144,31 @@ def test_json_is_shaped_like_openspec_validate(report: ConformanceReport) -> Non
     assert summary["byType"] == {"spec": {"items": 1, "passed": 1, "failed": 0}}
     assert summary["scenarios"] == {
         "total": 16,
-        "passed": 13,
-        "failed": 1,
+        "passed": 12,
+        "failed": 2,
         "skipped": 1,
         "uncovered": 1,
-        "tested": 13,
-        "model_checked": 4,
+        # each scenario with a test of the kind, by the outcome over those tests alone
+        "example_tested": {"total": 15, "passed": 13, "failed": 1, "skipped": 1},
+        "model_checked": {"total": 4, "passed": 3, "failed": 1, "skipped": 0},
     }
     assert summary["requirements"]["total"] == 8
     assert summary["tests"] == {
         "total": 19,
-        "passed": 17,
-        "failed": 1,
+        "passed": 16,
+        "failed": 2,
         "skipped": 1,
         "model_checks": 4,
+    }
+    assert summary["credits"] == {"total": 19, "passed": 16, "failed": 2, "skipped": 1}
+    assert document["identity"] == {
+        "version": "1.2.3",
+        "commit": "0123456789abcdef",
+        "dirty": True,
+        "generated_at": None,
+        "python": "3.12.1",
+        "hypothesis_profile": None,
+        "hypothesis_seed": None,
     }
     assert summary["unknown"] == 1
     assert summary["all_passed"] is False
@@ -156,12 +189,35 @@ def test_json_lists_every_scenario_with_its_tests_and_outcome(
         assert isinstance(scenario["tested"], bool)
         assert isinstance(scenario["model_checked"], bool)
         for test in scenario["tests"]:
-            assert set(test) == {"nodeid", "outcome", "model_check", "duration"}
+            assert set(test) == {
+                "nodeid",
+                "outcome",
+                "model_check",
+                "duration",
+                "message",
+                "checked",
+                "counterexample",
+            }
     first = scenarios[0]
     assert (first["outcome"], first["tested"], first["model_checked"]) == ("passed", True, True)
     assert [t["model_check"] for t in first["tests"]] == [False, True]
     assert scenarios[2]["outcome"] == "failed"
+    assert scenarios[2]["tests"][0]["message"] == FAILURE
     assert scenarios[5]["outcome"] == "skipped"
+    check = scenarios[4]["tests"][1]
+    assert (check["outcome"], check["checked"]) == ("failed", {"kind": "sequences", "count": 1234})
+    assert check["counterexample"] == {
+        "kind": "explored sequence",
+        "message": "succeed() after fail() replaced the outcome",
+        "steps": [
+            {"index": 0, "action": "start()", "model": "RUNNING", "runtime": "RUNNING"},
+            {"index": 1, "action": "fail()", "model": "FAILED", "runtime": "FAILED"},
+            {"index": 2, "action": "succeed()", "model": "FAILED", "runtime": "SUCCEEDED"},
+        ],
+        "disagreement": 2,
+        "replay": "diagnosis-harness model-check --replay 0,1,2",
+    }
+    assert first["tests"][0]["message"] is None  # a passed test has none
     assert (scenarios[15]["outcome"], scenarios[15]["tests"]) == ("uncovered", [])
     [unknown] = json.loads(render_json(report))["unknown"]
     assert unknown["nodeid"] == "tests/test_sample.py::test_typo"
@@ -217,42 +273,56 @@ def test_json_issues_of_an_invalid_spec() -> None:
 
 # --- Markdown ------------------------------------------------------------------------------------
 
-SCENARIO_HEADER = "| Scenario | Outcome | Tested | Model-checked | Tests |"
-
 
 def _unescaped_pipes(line: str) -> int:
     return len(re.findall(r"(?<!\\)\|", line))
 
 
-def test_markdown_has_one_table_per_requirement(
+def test_markdown_has_each_scenario_with_its_steps_and_tests(
     report: ConformanceReport, parsed: ParsedSpec
 ) -> None:
     text = render_markdown(report)
     lines = text.splitlines()
-    assert text.count(SCENARIO_HEADER) == 8
     for requirement in parsed.spec.requirements:
         heading = lines.index(f"### {requirement.name}")
-        header = lines.index(SCENARIO_HEADER, heading)
-        assert lines[header + 1] == "|---|---|---|---|---|"
-        rows = lines[header + 2 : header + 2 + len(requirement.scenarios)]
-        for row, scenario in zip(rows, requirement.scenarios, strict=True):
-            assert row.startswith(f"| {scenario.name} | ")
-            assert _unescaped_pipes(row) == 6
-    context = next(line for line in lines if line.startswith("| Context crosses"))
-    assert context.startswith(
-        "| Context crosses an asynchronous boundary | passed | passed (1) | passed (1) | "
-    )
-    assert "`tests/stateful/test_model.py::TestMachine::runTest[0]` passed, model check" in context
-    failed = next(line for line in lines if line.startswith("| Deadline expires"))
-    assert "| **failed** | **failed** (1) | — |" in failed
-    uncovered = next(line for line in lines if line.startswith("| Stage 2 implementation"))
-    assert uncovered == "| Stage 2 implementation completes | **uncovered** | — | — | — |"
+        for scenario in requirement.scenarios:
+            outcome = report.by_id[scenario.id].outcome
+            shown = f"**{outcome}**" if outcome in {"failed", "uncovered"} else outcome
+            at = lines.index(f"#### Scenario: {scenario.name} — {shown}", heading)
+            steps = [f"- **{step.keyword}** {step.text}" for step in scenario.steps]
+            start = lines.index(steps[0], at)  # WHEN/THEN under the scenario, verbatim
+            assert lines[start : start + len(steps)] == steps
+    assert (
+        "- `tests/stateful/test_model.py::TestMachine::runTest[0]`: passed, model check, "
+        "1,234 sequences checked"
+    ) in lines
+    assert "No test names this scenario." in text
+
+
+def test_markdown_says_why_under_the_failed_scenario(
+    report: ConformanceReport, parsed: ParsedSpec
+) -> None:
+    text = render_markdown(report)
+    failed = parsed.spec.scenarios[2]
+    section = text.split(f"#### Scenario: {failed.name} — **failed**")[1].split("#### ")[0]
+    assert "```text\n  AssertionError: the first outcome must stay\n" in section
+    checked = parsed.spec.scenarios[4]
+    section = text.split(f"#### Scenario: {checked.name} — **failed**")[1].split("#### ")[0]
+    assert "Counterexample (explored sequence, 3 step(s)); replay with " in section
+    assert "`diagnosis-harness model-check --replay 0,1,2`" in section
+    assert "| 2 ⚠ **disagree** | `succeed()` | `FAILED` | `SUCCEEDED` |" in section
 
 
 def test_markdown_summary_problems_unknown_and_coverage(report: ConformanceReport) -> None:
     text = render_markdown(report)
     assert text.startswith("# Conformance report: `diagnosis-harness-run-context`\n")
-    assert "| Scenarios | 16 | 13 | 1 | 1 | 1 | 13 | 4 |" in text
+    assert "| Scenarios | 16 | 12 | 2 | 1 | 1 |" in text
+    assert "| Scenarios with an example test | 15 | 13 | 1 | 1 | — |" in text
+    assert "| Scenarios with a model check | 4 | 3 | 1 | 0 | — |" in text
+    assert "| Tests run | 19 | 16 | 2 | 1 | — |" in text
+    assert "| Test \N{MULTIPLICATION SIGN} scenario credits | 19 | 16 | 2 | 1 | — |" in text
+    assert "**FAIL: 2 of 16 scenarios failed; 1 of 16 scenarios have no test; " in text
+    assert "Made by diagnosis-harness 1.2.3, commit 0123456789ab (dirty), Python 3.12.1." in text
     assert "## Marks naming no scenario" in text
     assert "`tests/test_sample.py::test_typo`" in text
     assert text.count("| # | Source | Event | Guard | Target | Requirement | Count |") == 3
@@ -277,9 +347,8 @@ def test_markdown_escapes_cells() -> None:
         outcome="passed",
     )
     text = render_markdown(build_report(spec, [result], tables=()))
-    row = next(line for line in text.splitlines() if line.startswith("| A \\| B"))
-    assert _unescaped_pipes(row) == 6
-    assert "`t.py::test[a\\|<b>]`" in row
+    assert "#### Scenario: A \\| B — passed" in text
+    assert "- `t.py::test[a\\|<b>]`: passed" in text
     assert "### Pipes \\| and &lt;b&gt;tags&lt;/b&gt;" in text
     assert "<b>" not in re.sub(r"`[^`]*`", "", text)  # markup only inside code spans, verbatim
 
@@ -314,9 +383,15 @@ def test_html_shows_every_requirement_and_scenario(
         assert f'href="#{requirement.id}"' in page
         for scenario in requirement.scenarios:
             assert f'<tr class="{report.by_id[scenario.id].outcome}" id="{scenario.id}">' in page
-            assert f"<summary>{html.escape(scenario.name)}</summary>" in page
+            assert f'<span class="sname">{html.escape(scenario.name)}</span>' in page
+            for step in scenario.steps:  # visible, not behind a <details>
+                assert f"<li><b>{step.keyword}</b> " in page
+    assert "<details" not in page
     assert page.count('<span class="tag">model check</span>') == 4
-    assert "Not every scenario passed: 1 failed, 1 uncovered, 1 skipped, 1 unknown mark(s)." in page
+    assert (
+        "FAIL: 2 of 16 scenarios failed; 1 of 16 scenarios have no test; 1 of 16 scenarios were "
+        "only skipped; 1 spec mark(s) name no scenario"
+    ) in page
     assert "did you mean @pytest.mark.spec(" in html.unescape(page)
 
 
@@ -412,12 +487,32 @@ def test_html_escapes_everything() -> None:
             outcome="failed",
         ),
         TestResult(nodeid=f"t.py::{evil}", requirement=evil, scenario=evil, outcome="passed"),
+        TestResult(
+            nodeid=f"u.py::{evil}",
+            requirement=evil,
+            scenario=evil,
+            outcome="failed",
+            message=evil,
+            model_check=True,
+            counterexample=Counterexample(
+                kind=evil,
+                message=evil,
+                steps=(CounterexampleStep(index=0, action=evil, model=evil, runtime=evil),),
+                disagreement=0,
+                replay=evil,
+            ),
+        ),
     ]
-    page = render_html(build_report(spec, results, tables=(), generated_at=evil))
+    identity = Identity(version=evil, python=evil, commit=evil, generated_at=evil)
+    page = render_html(build_report(spec, results, tables=(), identity=identity))
     assert "<script" not in page
     assert 'alert("x")' not in page
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
-    assert "t.py::test[&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;amp;]" in page
+    # a test ID may wrap after :: and before [, and nowhere else
+    assert (
+        "t.py::<wbr>test<wbr>[&lt;script&gt;alert(&quot;x&quot;)&lt;/<wbr>script&gt;&amp;amp;]"
+        in page
+    )
     assert "<code>&lt;script&gt;" in page  # a code span in the text is still escaped inside
 
 

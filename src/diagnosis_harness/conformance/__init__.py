@@ -25,8 +25,12 @@ from ._render_json import render_json, report_dict
 from ._render_markdown import render_markdown
 from ._report import (
     OUTCOMES,
+    Checked,
     ConformanceReport,
+    Counterexample,
+    CounterexampleStep,
     CoverageData,
+    Identity,
     Outcome,
     ReportSummary,
     RequirementReport,
@@ -69,8 +73,12 @@ if TYPE_CHECKING:
 __all__ = [
     "OUTCOMES",
     "REPORT_FILES",
+    "Checked",
     "ConformanceReport",
+    "Counterexample",
+    "CounterexampleStep",
     "CoverageData",
+    "Identity",
     "Level",
     "Outcome",
     "ParsedSpec",
