@@ -11,11 +11,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from diagnosis_harness.conformance._bundle import suite_dir
 
 ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_PATH = ROOT / "docs" / "reference" / "conformance-report.schema.json"
+SCHEMA: dict[str, Any] = json.loads(SCHEMA_PATH.read_text("utf-8"))
+_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 SPEC = ROOT / "specs" / "diagnosis-harness-run-context" / "spec.md"
 SUITE = suite_dir()
 
@@ -65,9 +69,19 @@ THINGS = "Things SHALL work"
 OTHERS = "Other things SHALL work too"
 
 
+def valid_report(document: dict[str, Any]) -> dict[str, Any]:
+    """``document``, after checking it against the shipped JSON Schema (every error listed)."""
+    errors = sorted(_VALIDATOR.iter_errors(document), key=lambda e: list(e.absolute_path))
+    assert not errors, "\n".join(
+        f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in errors
+    )
+    return document
+
+
 def read_json(directory: Path) -> dict[str, Any]:
+    """The ``conformance.json`` in ``directory``, validated against the schema."""
     data: dict[str, Any] = json.loads((directory / "conformance.json").read_text("utf-8"))
-    return data
+    return valid_report(data)
 
 
 def scenarios(report: dict[str, Any]) -> dict[str, dict[str, Any]]:

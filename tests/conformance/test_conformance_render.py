@@ -28,7 +28,6 @@ from diagnosis_harness.conformance import (
     TestResult,
     build_report,
     default_tables,
-    load_spec,
     parse_spec,
     render_html,
     render_json,
@@ -39,6 +38,8 @@ from diagnosis_harness.conformance import (
     write_reports,
 )
 from diagnosis_harness.conformance.suite._support import TERMINAL
+
+from ._support import SCHEMA_PATH, valid_report
 
 if TYPE_CHECKING:
     from diagnosis_harness.conformance import TestOutcome
@@ -69,9 +70,15 @@ COUNTEREXAMPLE = Counterexample(
 )
 
 
+def _relative(path: Path) -> ParsedSpec:
+    """The spec at ``path``, its source named relative to the checkout as the plugin names it
+    (a report never carries an absolute path: the schema says so)."""
+    return parse_spec(path.read_text("utf-8"), source=path.relative_to(REPO).as_posix())
+
+
 @pytest.fixture(scope="module")
 def parsed() -> ParsedSpec:
-    return load_spec(MARKDOWN)
+    return _relative(MARKDOWN)
 
 
 def _sample(parsed: ParsedSpec, coverage: dict[str, dict[int, int]] | None = COVERAGE) -> Any:
@@ -128,7 +135,7 @@ def report(parsed: ParsedSpec) -> ConformanceReport:
 
 
 def test_json_is_shaped_like_openspec_validate(report: ConformanceReport) -> None:
-    document = json.loads(render_json(report))
+    document = valid_report(json.loads(render_json(report)))
     assert document == report_dict(report)
     assert {"items", "summary", "version"} <= set(document)
     assert document["version"] == "1.2.3"
@@ -177,7 +184,7 @@ def test_json_is_shaped_like_openspec_validate(report: ConformanceReport) -> Non
 def test_json_lists_every_scenario_with_its_tests_and_outcome(
     report: ConformanceReport, parsed: ParsedSpec
 ) -> None:
-    [item] = json.loads(render_json(report))["items"]
+    [item] = valid_report(json.loads(render_json(report)))["items"]
     requirements = item["requirements"]
     assert [r["name"] for r in requirements] == [r.name for r in parsed.spec.requirements]
     assert [r["id"] for r in requirements] == [r.id for r in parsed.spec.requirements]
@@ -219,13 +226,13 @@ def test_json_lists_every_scenario_with_its_tests_and_outcome(
     }
     assert first["tests"][0]["message"] is None  # a passed test has none
     assert (scenarios[15]["outcome"], scenarios[15]["tests"]) == ("uncovered", [])
-    [unknown] = json.loads(render_json(report))["unknown"]
+    [unknown] = valid_report(json.loads(render_json(report)))["unknown"]
     assert unknown["nodeid"] == "tests/test_sample.py::test_typo"
     assert "Success wins a terminal race" in unknown["hint"]
 
 
 def test_json_coverage_per_table(report: ConformanceReport) -> None:
-    coverage = json.loads(render_json(report))["coverage"]
+    coverage = valid_report(json.loads(render_json(report)))["coverage"]
     assert list(coverage) == ["lifecycle", "budget", "retry"]
     for name, table in coverage.items():
         assert table["uncovered"] == NEVER[name]
@@ -247,8 +254,30 @@ def test_json_coverage_per_table(report: ConformanceReport) -> None:
     assert coverage["retry"]["terminal"] == ["SUCCEEDED", "FAILED", "STOPPED"]
 
 
+def test_the_schema_ships_in_the_docs_and_rejects_what_the_report_never_writes(
+    report: ConformanceReport,
+) -> None:
+    """The schema is linked from the reference page, and is strict enough to catch a drift."""
+    assert SCHEMA_PATH.name in (SCHEMA_PATH.parent / "conformance.md").read_text("utf-8")
+    document = valid_report(json.loads(render_json(report)))
+    every = [s for r in document["items"][0]["requirements"] for s in r["scenarios"]]
+    failed = every[2]["tests"][0]
+    assert failed["outcome"] == "failed"
+    failed["message"] = None  # a failed test must say why
+    with pytest.raises(AssertionError, match="message"):
+        valid_report(document)
+    document = valid_report(json.loads(render_json(report)))
+    document["items"][0]["source"] = "/home/someone/specs/x/spec.md"  # never absolute
+    with pytest.raises(AssertionError, match="source"):
+        valid_report(document)
+    document = valid_report(json.loads(render_json(_sample(report.parsed, None))))
+    document["coverage"]["lifecycle"]["rows"][0]["count"] = 0  # not recorded: unknown, not 0
+    with pytest.raises(AssertionError, match="count"):
+        valid_report(document)
+
+
 def test_json_without_coverage_has_no_counts(parsed: ParsedSpec) -> None:
-    coverage = json.loads(render_json(_sample(parsed, None)))["coverage"]
+    coverage = valid_report(json.loads(render_json(_sample(parsed, None))))["coverage"]
     for table in coverage.values():
         assert table["recorded"] is False
         assert table["uncovered"] == []
@@ -256,8 +285,8 @@ def test_json_without_coverage_has_no_counts(parsed: ParsedSpec) -> None:
 
 
 def test_json_issues_of_an_invalid_spec() -> None:
-    parsed = load_spec(HERE / "fixtures" / "specs" / "duplicate-requirement" / "spec.md")
-    document = json.loads(render_json(build_report(parsed, [], tables=())))
+    parsed = _relative(HERE / "fixtures" / "specs" / "duplicate-requirement" / "spec.md")
+    document = valid_report(json.loads(render_json(build_report(parsed, [], tables=()))))
     [item] = document["items"]
     assert item["valid"] is False
     [issue] = item["issues"]
@@ -266,8 +295,9 @@ def test_json_issues_of_an_invalid_spec() -> None:
     assert issue["line"] == 27
     assert issue["message"].startswith('Requirement header "### Requirement: Thing works"')
     assert document["summary"]["totals"] == {"items": 1, "passed": 0, "failed": 1}
-    missing = load_spec(HERE / "fixtures" / "specs" / "missing-purpose" / "spec.md")
-    [no_line] = json.loads(render_json(build_report(missing, [], tables=())))["items"][0]["issues"]
+    missing = _relative(HERE / "fixtures" / "specs" / "missing-purpose" / "spec.md")
+    document = valid_report(json.loads(render_json(build_report(missing, [], tables=()))))
+    [no_line] = document["items"][0]["issues"]
     assert "line" not in no_line  # as OpenSpec: no line, no key
 
 
