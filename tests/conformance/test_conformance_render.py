@@ -5,13 +5,8 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
-import shutil
-import struct
-import subprocess
 import xml.etree.ElementTree as ET
-import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +34,7 @@ from diagnosis_harness.conformance import (
 )
 from diagnosis_harness.conformance.suite._support import TERMINAL
 
-from ._support import SCHEMA_PATH, valid_report
+from ._support import CHROMIUM, SCHEMA_PATH, chromium, png_pixels, valid_report, visible_text
 
 if TYPE_CHECKING:
     from diagnosis_harness.conformance import TestOutcome
@@ -558,50 +553,6 @@ def test_write_reports(report: ConformanceReport, tmp_path: Path) -> None:
 
 # --- the page in a real browser ------------------------------------------------------------------
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-    "--hide-scrollbars",
-)
-
-
-def _chromium(home: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
-    assert CHROMIUM is not None
-    profile = home / f"profile-{len(list(home.glob('profile-*')))}"
-    env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / "config")}
-    env["XDG_CACHE_HOME"] = str(home / "cache")
-    done = subprocess.run(
-        [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *arguments],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done
-
-
-def _png_pixels(data: bytes) -> tuple[int, int, bytes]:
-    """Width, height and the inflated (still filtered) scanlines of a PNG."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", data[16:24])
-    chunks, at = [], 8
-    while at < len(data):
-        (length,) = struct.unpack(">I", data[at : at + 4])
-        if data[at + 4 : at + 8] == b"IDAT":
-            chunks.append(data[at + 8 : at + 8 + length])
-        at += 12 + length
-    return width, height, zlib.decompress(b"".join(chunks))
-
 
 # The browser renders the page the tests above check as text: the Python version changes nothing
 # it sees, so CI runs this once (tox -e coverage), not in every py3* env.
@@ -617,7 +568,7 @@ def test_the_page_renders_in_headless_chromium(
     page = tmp_path / "conformance.html"
     page.write_text(render_html(report), encoding="utf-8")
 
-    dom = _chromium(tmp_path, "--dump-dom", page.as_uri()).stdout
+    dom = chromium(tmp_path, "--dump-dom", page.as_uri()).stdout
     assert "<title>Conformance report: diagnosis-harness-run-context</title>" in dom
     for requirement in parsed.spec.requirements:
         assert f"{html.escape(requirement.name, quote=False)}</h3>" in dom, requirement.name
@@ -630,11 +581,18 @@ def test_the_page_renders_in_headless_chromium(
         for state in table.states:
             assert f">{state.name}</text>" in svg.group(0)
 
+    # Without a click: the steps of every scenario, and why each failed test failed.
+    shown = visible_text(tmp_path, page)
+    assert "AssertionError: the first outcome must stay" in shown
+    assert "succeed() after fail() replaced the outcome" in shown
+    for scenario in parsed.spec.scenarios:
+        assert scenario.steps[0].text.replace("`", "") in shown, scenario.name
+
     REPORTS.mkdir(exist_ok=True)
     SCREENSHOT.unlink(missing_ok=True)
-    _chromium(tmp_path, f"--screenshot={SCREENSHOT}", "--window-size=1280,4000", page.as_uri())
+    chromium(tmp_path, f"--screenshot={SCREENSHOT}", "--window-size=1280,4000", page.as_uri())
     data = SCREENSHOT.read_bytes()
-    width, height, pixels = _png_pixels(data)
+    width, height, pixels = png_pixels(data)
     assert (width, height) == (1280, 4000)
     assert len(data) > 50_000  # a rendered page, not a blank one (about 1 kB)
     assert len(set(pixels)) > 64
