@@ -21,6 +21,7 @@ import pytest
 from diagnosis_harness.conformance._bundle import suite_dir
 
 ROOT = Path(__file__).resolve().parents[2]
+REPORTS = ROOT / "reports"  # CI keeps what the tests write here (screenshots) as artifacts
 SCHEMA_PATH = ROOT / "docs" / "reference" / "conformance-report.schema.json"
 SCHEMA: dict[str, Any] = json.loads(SCHEMA_PATH.read_text("utf-8"))
 _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
