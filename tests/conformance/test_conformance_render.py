@@ -22,16 +22,15 @@ from diagnosis_harness.conformance import (
     ParsedSpec,
     TestResult,
     build_report,
-    default_tables,
     parse_spec,
     render_html,
     render_json,
     render_markdown,
-    render_svg,
-    report_dict,
-    table_coverage,
     write_reports,
 )
+from diagnosis_harness.conformance._diagram import render_svg
+from diagnosis_harness.conformance._render_json import report_dict
+from diagnosis_harness.conformance._report import default_tables, table_coverage
 from diagnosis_harness.conformance.suite._support import TERMINAL
 
 from ._support import CHROMIUM, SCHEMA_PATH, chromium, png_pixels, valid_report, visible_text

@@ -25,11 +25,10 @@ from diagnosis_harness.conformance import (
     UnknownMarker,
     build_report,
     coverage_counts,
-    default_tables,
     fold_outcomes,
     load_spec,
-    table_coverage,
 )
+from diagnosis_harness.conformance._report import default_tables, table_coverage
 from diagnosis_harness.conformance.suite._support import BUDGETS, RUN_CONTEXT, TERMINAL
 
 # The retry table is RETRY in this module, so the requirement keeps a longer name.

@@ -55,7 +55,8 @@ _LIFECYCLE_BUG = (
 )
 _BUDGET_BUG = (
     "src/diagnosis_harness/_run.py",
-    "                and used < limit\n",
+    "                and total < limits.tool_calls\n                and used < limit\n",
+    "                and total < limits.tool_calls\n"
     "                and used <= limit  # PLANTED: one call past the per-Tool limit\n",
 )
 

@@ -60,20 +60,20 @@ from typing import TYPE_CHECKING, Any, Final, Literal, final
 
 import pytest
 
-from . import (
+from . import write_reports
+from ._bundle import spec_path as shipped_spec_path
+from ._identity import collect_identity, project_root, shown_path
+from ._report import (
+    Checked,
     ConformanceReport,
-    ParsedSpec,
+    Counterexample,
+    CounterexampleStep,
     TestResult,
     UnknownMarker,
     build_report,
-    find_scenario,
-    load_spec,
-    nearest_scenario,
-    write_reports,
+    coverage_counts,
 )
-from ._bundle import spec_path as shipped_spec_path
-from ._identity import collect_identity, project_root, shown_path
-from ._report import Checked, Counterexample, CounterexampleStep, coverage_counts
+from ._spec import ParsedSpec, find_scenario, load_spec, nearest_scenario
 from ._summary import console_summary
 
 if TYPE_CHECKING:

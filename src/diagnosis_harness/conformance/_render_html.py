@@ -339,7 +339,7 @@ def render_html(report: ConformanceReport) -> str:
         "<body>",
         '<header class="page"><div>',
         f"<h1>Conformance report: <code>{capability}</code></h1>",
-        f'<p class="meta">Spec <code>{_e(parsed.source)}</code> ({_e(parsed.form)} form) · '
+        f'<p class="meta">Spec <code>{_e(parsed.source)}</code> · '
         f"{'strict ' if parsed.strict else ''}validation: "
         f"<b>{'valid' if parsed.valid else 'invalid'}</b></p>",
         f'<p class="meta identity">Made by {_e(identity_phrase(report.identity))}</p>',

@@ -125,7 +125,6 @@ def report_dict(report: ConformanceReport) -> dict[str, Any]:
         "valid": valid,
         "issues": [_issue(p) for p in parsed.problems],
         "source": parsed.source,
-        "form": parsed.form,
         "strict": parsed.strict,
         "requirements": [
             {

@@ -161,8 +161,7 @@ def render_markdown(report: ConformanceReport) -> str:
     out: list[str] = [f"# Conformance report: {_code(report.capability)}", ""]
     validity = "valid" if parsed.valid else "**invalid**"
     out += [
-        f"Spec {_code(parsed.source)} ({parsed.form} form), "
-        f"{'strict ' if parsed.strict else ''}validation: {validity}.",
+        f"Spec {_code(parsed.source)}, {'strict ' if parsed.strict else ''}validation: {validity}.",
         "",
         f"Made by {_cell(identity_phrase(report.identity))}.",
         "",
