@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from diagnosis_harness.conformance._identity import project_root, shown_path
+
 from ._support import OTHERS, THINGS, read_json, scenarios
 
 if TYPE_CHECKING:
@@ -290,3 +292,21 @@ def test_outside_a_git_checkout_commit_and_dirty_are_null(
     data = read_json(out)
     assert (data["identity"]["commit"], data["identity"]["dirty"]) == (None, None)
     assert json.dumps(data).count(str(pytester.path)) == 0
+
+
+def test_without_git_the_root_is_the_nearest_pyproject(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``diagnosis-harness report`` runs pytest with its rootdir at ``src/``: the spec beside it,
+    in ``specs/``, is still named relative to the project, not by its file name alone."""
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    (tmp_path / "project" / "src").mkdir(parents=True)
+    (tmp_path / "project" / "pyproject.toml").write_text("", encoding="utf-8")
+    src = tmp_path / "project" / "src"
+    assert project_root(src) == tmp_path / "project"
+    spec = tmp_path / "project" / "specs" / "x" / "spec.md"
+    assert shown_path(spec, project_root(src)) == "specs/x/spec.md"
+    assert shown_path(tmp_path / "elsewhere" / "spec.md", src) == "spec.md"  # never absolute
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    assert project_root(bare) == bare

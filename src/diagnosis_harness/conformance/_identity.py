@@ -39,9 +39,16 @@ def _git(directory: Path, *args: str) -> str | None:
 
 
 def project_root(directory: Path) -> Path:
-    """The top of the git checkout holding ``directory``, else ``directory`` itself."""
+    """The top of the git checkout holding ``directory``; else the nearest directory at or above
+    it holding a ``pyproject.toml`` (``diagnosis-harness report`` runs pytest with its rootdir at
+    ``src/``); else ``directory`` itself."""
     top = _git(directory, "rev-parse", "--show-toplevel")
-    return Path(top.strip()) if top and top.strip() else directory
+    if top and top.strip():
+        return Path(top.strip())
+    for candidate in (directory, *directory.parents):
+        if (candidate / "pyproject.toml").is_file():
+            return candidate
+    return directory
 
 
 def git_state(directory: Path) -> tuple[str | None, bool | None]:
