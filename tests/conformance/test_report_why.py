@@ -161,7 +161,8 @@ def test_the_console_says_why(failing: tuple[pytest.RunResult, Path]) -> None:
             "  FAILED        Things SHALL work / First thing",
             "      test_checks.py::test_lifecycle_check",
             "        AssertionError: the first terminal outcome must stay",
-            "        counterexample: 2 step(s) (hypothesis); replay: pytest *",
+            "        counterexample: 2 step(s) (hypothesis); at step 1, succeed(): model FAILED, "
+            "runtime SUCCEEDED; replay: pytest *",
         ]
     )
 

@@ -109,8 +109,15 @@ def _why(scenario: ScenarioReport) -> list[str]:
             lines.append(f"        {_first_line(test.message)}")
         if test.counterexample is not None:
             example = test.counterexample
+            step = example.disagreeing_step
             lines.append(
                 f"        counterexample: {len(example.steps)} step(s) ({example.kind})"
+                + (
+                    f"; at step {step.index}, {step.action}: model {step.model}, "
+                    f"runtime {step.runtime}"
+                    if step is not None
+                    else ""
+                )
                 + (f"; replay: {example.replay}" if example.replay else "")
             )
     return lines
