@@ -343,7 +343,7 @@ def test_markdown_summary_problems_unknown_and_coverage(report: ConformanceRepor
     assert "| Scenarios | 16 | 12 | 2 | 1 | 1 |" in text
     assert "| Scenarios with an example test | 15 | 13 | 1 | 1 | — |" in text
     assert "| Scenarios with a model check | 4 | 3 | 1 | 0 | — |" in text
-    assert "| Tests run | 19 | 16 | 2 | 1 | — |" in text
+    assert "| Tests naming a scenario | 19 | 16 | 2 | 1 | — |" in text
     assert "| Test \N{MULTIPLICATION SIGN} scenario credits | 19 | 16 | 2 | 1 | — |" in text
     assert "**FAIL: 2 of 16 scenarios failed; 1 of 16 scenarios have no test; " in text
     assert "Made by diagnosis-harness 1.2.3, commit 0123456789ab (dirty), Python 3.12.1." in text

@@ -255,7 +255,8 @@ def test_outcomes_are_collected_into_the_report(
             "  requirements  0/2 passed (2 failed, 0 skipped, 0 uncovered)",
             "  scenarios     2/5 passed (2 failed, 1 skipped, 0 uncovered); 5 example-tested "
             "(1 passed, 2 failed, 2 skipped), 2 model-checked (2 passed, 0 failed, 0 skipped)",
-            "  tests         7 tests run (3 passed, 2 failed, 2 skipped; 2 of them model checks)",
+            "  tests         7 tests naming a scenario (3 passed, 2 failed, 2 skipped; 2 of them "
+            "model checks)",
             "  credits       9 test \N{MULTIPLICATION SIGN} scenario credits "
             "(5 passed, 2 failed, 2 skipped)",
             "  FAILED        Things SHALL work / Second thing",

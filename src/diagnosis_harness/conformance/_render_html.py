@@ -363,7 +363,7 @@ def render_html(report: ConformanceReport) -> str:
             sum(summary.model_checked.values()),
             f"scenarios with a model check ({_split(summary.model_checked)})",
         ),
-        _card(summary.tests, f"tests run ({_split(summary.tests_by_outcome)})"),
+        _card(summary.tests, f"tests naming a scenario ({_split(summary.tests_by_outcome)})"),
         _card(
             summary.credits,
             f"test {TIMES} scenario credits ({_split(summary.credits_by_outcome)})",

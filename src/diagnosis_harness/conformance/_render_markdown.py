@@ -181,7 +181,7 @@ def render_markdown(report: ConformanceReport) -> str:
         f"{_counts(summary.example_tested)} |",
         f"| Scenarios with a model check | {sum(summary.model_checked.values())} | "
         f"{_counts(summary.model_checked)} |",
-        f"| Tests run | {summary.tests} | {_counts(summary.tests_by_outcome)} |",
+        f"| Tests naming a scenario | {summary.tests} | {_counts(summary.tests_by_outcome)} |",
         f"| Test {TIMES} scenario credits | {summary.credits} | "
         f"{_counts(summary.credits_by_outcome)} |",
         "",

@@ -37,9 +37,10 @@ def _split(counts: Mapping[TestOutcome, int]) -> str:
 
 
 def tests_phrase(s: ReportSummary) -> str:
-    """``23 tests run (20 passed, 3 failed, 0 skipped; 10 of them model checks)``."""
+    """``35 tests naming a scenario (32 passed, 3 failed, 0 skipped; 14 of them model checks)``:
+    pytest's own count can be higher, by the tests that name no scenario."""
     return (
-        f"{s.tests} tests run ({_split(s.tests_by_outcome)}; "
+        f"{s.tests} tests naming a scenario ({_split(s.tests_by_outcome)}; "
         f"{s.model_check_tests} of them model checks)"
     )
 
