@@ -171,13 +171,13 @@ def test_a_renamed_scenario_is_uncovered_and_its_mark_unknown(tmp_path: Path) ->
     others = {name: s["outcome"] for name, s in by_name.items() if name != RENAMED_TO}
     assert set(others.values()) == {"passed"}
     assert len(others) == SEED_SCENARIOS - 1
-    # The example test and the two model checks of the suite that carry the renamed mark.
+    # The example test and the suite's model checks (explorer, schedules) of the renamed scenario.
     by_node = {u["nodeid"].rpartition("/")[2]: u for u in data["unknown"]}
-    assert sorted(by_node) == [
-        "test_deadline_and_cancellation.py::test_client_disconnects",
-        "test_explorer.py::test_every_sequence_up_to_depth_3_agrees_with_the_model",
-        "test_schedules.py::test_every_schedule_of_the_races_keeps_the_invariants",
-    ]
+    assert {node.partition("::")[0] for node in by_node} == {
+        "test_deadline_and_cancellation.py",
+        "test_explorer.py",
+        "test_schedules.py",
+    }
     unknown = by_node["test_deadline_and_cancellation.py::test_client_disconnects"]
     assert (unknown["requirement"], unknown["scenario"]) == (DEADLINE, RENAMED_FROM)
     assert unknown["hint"] == f'did you mean @pytest.mark.spec("{DEADLINE}", "{RENAMED_TO}")?'
