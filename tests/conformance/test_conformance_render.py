@@ -5,13 +5,8 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
-import shutil
-import struct
-import subprocess
 import xml.etree.ElementTree as ET
-import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,22 +14,26 @@ import pytest
 
 from diagnosis_harness.conformance import (
     REPORT_FILES,
+    Checked,
     ConformanceReport,
+    Counterexample,
+    CounterexampleStep,
+    Identity,
     ParsedSpec,
     TestResult,
     build_report,
-    default_tables,
-    load_spec,
     parse_spec,
     render_html,
     render_json,
     render_markdown,
-    render_svg,
-    report_dict,
-    table_coverage,
     write_reports,
 )
+from diagnosis_harness.conformance._diagram import render_svg
+from diagnosis_harness.conformance._render_json import report_dict
+from diagnosis_harness.conformance._report import default_tables, table_coverage
 from diagnosis_harness.conformance.suite._support import TERMINAL
+
+from ._support import CHROMIUM, SCHEMA_PATH, chromium, png_pixels, valid_report, visible_text
 
 if TYPE_CHECKING:
     from diagnosis_harness.conformance import TestOutcome
@@ -50,11 +49,30 @@ COVERAGE = {
     "retry": {1: 100, 2: 3, 3: 60, 4: 30, 5: 10, 6: 30},  # 7: never
 }
 NEVER = {"lifecycle": [5], "budget": [4], "retry": [7]}
+IDENTITY = Identity(version="1.2.3", python="3.12.1", commit="0123456789abcdef", dirty=True)
+FAILURE = "AssertionError: the first outcome must stay\nassert 'FAILED' == 'SUCCEEDED'"
+COUNTEREXAMPLE = Counterexample(
+    kind="explored sequence",
+    message="succeed() after fail() replaced the outcome",
+    steps=(
+        CounterexampleStep(index=0, action="start()", model="RUNNING", runtime="RUNNING"),
+        CounterexampleStep(index=1, action="fail()", model="FAILED", runtime="FAILED"),
+        CounterexampleStep(index=2, action="succeed()", model="FAILED", runtime="SUCCEEDED"),
+    ),
+    disagreement=2,
+    replay="diagnosis-harness model-check --replay 0,1,2",
+)
+
+
+def _relative(path: Path) -> ParsedSpec:
+    """The spec at ``path``, its source named relative to the checkout as the plugin names it
+    (a report never carries an absolute path: the schema says so)."""
+    return parse_spec(path.read_text("utf-8"), source=path.relative_to(REPO).as_posix())
 
 
 @pytest.fixture(scope="module")
 def parsed() -> ParsedSpec:
-    return load_spec(MARKDOWN)
+    return _relative(MARKDOWN)
 
 
 def _sample(parsed: ParsedSpec, coverage: dict[str, dict[int, int]] | None = COVERAGE) -> Any:
@@ -72,17 +90,22 @@ def _sample(parsed: ParsedSpec, coverage: dict[str, dict[int, int]] | None = COV
                 scenario=scenario.name,
                 outcome=outcome,
                 duration=0.002,
+                message=FAILURE if outcome == "failed" else None,
             )
         )
         if i % 4 == 0:
+            check: TestOutcome = "failed" if i == 4 else "passed"
             results.append(
                 TestResult(
                     nodeid=f"tests/stateful/test_model.py::TestMachine::runTest[{i}]",
                     requirement=scenario.requirement,
                     scenario=scenario.name,
-                    outcome="passed",
+                    outcome=check,
                     model_check=True,
                     duration=0.5,
+                    message="Disagreement: the model and the runtime differ" if i == 4 else None,
+                    checked=Checked(kind="sequences", count=1234),
+                    counterexample=COUNTEREXAMPLE if i == 4 else None,
                 )
             )
     results.append(
@@ -93,7 +116,7 @@ def _sample(parsed: ParsedSpec, coverage: dict[str, dict[int, int]] | None = COV
             outcome="passed",
         )
     )
-    return build_report(parsed, results, coverage=coverage, version="1.2.3")
+    return build_report(parsed, results, coverage=coverage, identity=IDENTITY)
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +129,7 @@ def report(parsed: ParsedSpec) -> ConformanceReport:
 
 
 def test_json_is_shaped_like_openspec_validate(report: ConformanceReport) -> None:
-    document = json.loads(render_json(report))
+    document = valid_report(json.loads(render_json(report)))
     assert document == report_dict(report)
     assert {"items", "summary", "version"} <= set(document)
     assert document["version"] == "1.2.3"
@@ -122,20 +145,31 @@ def test_json_is_shaped_like_openspec_validate(report: ConformanceReport) -> Non
     assert summary["byType"] == {"spec": {"items": 1, "passed": 1, "failed": 0}}
     assert summary["scenarios"] == {
         "total": 16,
-        "passed": 13,
-        "failed": 1,
+        "passed": 12,
+        "failed": 2,
         "skipped": 1,
         "uncovered": 1,
-        "tested": 13,
-        "model_checked": 4,
+        # each scenario with a test of the kind, by the outcome over those tests alone
+        "example_tested": {"total": 15, "passed": 13, "failed": 1, "skipped": 1},
+        "model_checked": {"total": 4, "passed": 3, "failed": 1, "skipped": 0},
     }
     assert summary["requirements"]["total"] == 8
     assert summary["tests"] == {
         "total": 19,
-        "passed": 17,
-        "failed": 1,
+        "passed": 16,
+        "failed": 2,
         "skipped": 1,
         "model_checks": 4,
+    }
+    assert summary["credits"] == {"total": 19, "passed": 16, "failed": 2, "skipped": 1}
+    assert document["identity"] == {
+        "version": "1.2.3",
+        "commit": "0123456789abcdef",
+        "dirty": True,
+        "generated_at": None,
+        "python": "3.12.1",
+        "hypothesis_profile": None,
+        "hypothesis_seed": None,
     }
     assert summary["unknown"] == 1
     assert summary["all_passed"] is False
@@ -144,7 +178,7 @@ def test_json_is_shaped_like_openspec_validate(report: ConformanceReport) -> Non
 def test_json_lists_every_scenario_with_its_tests_and_outcome(
     report: ConformanceReport, parsed: ParsedSpec
 ) -> None:
-    [item] = json.loads(render_json(report))["items"]
+    [item] = valid_report(json.loads(render_json(report)))["items"]
     requirements = item["requirements"]
     assert [r["name"] for r in requirements] == [r.name for r in parsed.spec.requirements]
     assert [r["id"] for r in requirements] == [r.id for r in parsed.spec.requirements]
@@ -156,20 +190,43 @@ def test_json_lists_every_scenario_with_its_tests_and_outcome(
         assert isinstance(scenario["tested"], bool)
         assert isinstance(scenario["model_checked"], bool)
         for test in scenario["tests"]:
-            assert set(test) == {"nodeid", "outcome", "model_check", "duration"}
+            assert set(test) == {
+                "nodeid",
+                "outcome",
+                "model_check",
+                "duration",
+                "message",
+                "checked",
+                "counterexample",
+            }
     first = scenarios[0]
     assert (first["outcome"], first["tested"], first["model_checked"]) == ("passed", True, True)
     assert [t["model_check"] for t in first["tests"]] == [False, True]
     assert scenarios[2]["outcome"] == "failed"
+    assert scenarios[2]["tests"][0]["message"] == FAILURE
     assert scenarios[5]["outcome"] == "skipped"
+    check = scenarios[4]["tests"][1]
+    assert (check["outcome"], check["checked"]) == ("failed", {"kind": "sequences", "count": 1234})
+    assert check["counterexample"] == {
+        "kind": "explored sequence",
+        "message": "succeed() after fail() replaced the outcome",
+        "steps": [
+            {"index": 0, "action": "start()", "model": "RUNNING", "runtime": "RUNNING"},
+            {"index": 1, "action": "fail()", "model": "FAILED", "runtime": "FAILED"},
+            {"index": 2, "action": "succeed()", "model": "FAILED", "runtime": "SUCCEEDED"},
+        ],
+        "disagreement": 2,
+        "replay": "diagnosis-harness model-check --replay 0,1,2",
+    }
+    assert first["tests"][0]["message"] is None  # a passed test has none
     assert (scenarios[15]["outcome"], scenarios[15]["tests"]) == ("uncovered", [])
-    [unknown] = json.loads(render_json(report))["unknown"]
+    [unknown] = valid_report(json.loads(render_json(report)))["unknown"]
     assert unknown["nodeid"] == "tests/test_sample.py::test_typo"
     assert "Success wins a terminal race" in unknown["hint"]
 
 
 def test_json_coverage_per_table(report: ConformanceReport) -> None:
-    coverage = json.loads(render_json(report))["coverage"]
+    coverage = valid_report(json.loads(render_json(report)))["coverage"]
     assert list(coverage) == ["lifecycle", "budget", "retry"]
     for name, table in coverage.items():
         assert table["uncovered"] == NEVER[name]
@@ -191,8 +248,30 @@ def test_json_coverage_per_table(report: ConformanceReport) -> None:
     assert coverage["retry"]["terminal"] == ["SUCCEEDED", "FAILED", "STOPPED"]
 
 
+def test_the_schema_ships_in_the_docs_and_rejects_what_the_report_never_writes(
+    report: ConformanceReport,
+) -> None:
+    """The schema is linked from the reference page, and is strict enough to catch a drift."""
+    assert SCHEMA_PATH.name in (SCHEMA_PATH.parent / "conformance.md").read_text("utf-8")
+    document = valid_report(json.loads(render_json(report)))
+    every = [s for r in document["items"][0]["requirements"] for s in r["scenarios"]]
+    failed = every[2]["tests"][0]
+    assert failed["outcome"] == "failed"
+    failed["message"] = None  # a failed test must say why
+    with pytest.raises(AssertionError, match="message"):
+        valid_report(document)
+    document = valid_report(json.loads(render_json(report)))
+    document["items"][0]["source"] = "/home/someone/specs/x/spec.md"  # never absolute
+    with pytest.raises(AssertionError, match="source"):
+        valid_report(document)
+    document = valid_report(json.loads(render_json(_sample(report.parsed, None))))
+    document["coverage"]["lifecycle"]["rows"][0]["count"] = 0  # not recorded: unknown, not 0
+    with pytest.raises(AssertionError, match="count"):
+        valid_report(document)
+
+
 def test_json_without_coverage_has_no_counts(parsed: ParsedSpec) -> None:
-    coverage = json.loads(render_json(_sample(parsed, None)))["coverage"]
+    coverage = valid_report(json.loads(render_json(_sample(parsed, None))))["coverage"]
     for table in coverage.values():
         assert table["recorded"] is False
         assert table["uncovered"] == []
@@ -200,8 +279,8 @@ def test_json_without_coverage_has_no_counts(parsed: ParsedSpec) -> None:
 
 
 def test_json_issues_of_an_invalid_spec() -> None:
-    parsed = load_spec(HERE / "fixtures" / "specs" / "duplicate-requirement" / "spec.md")
-    document = json.loads(render_json(build_report(parsed, [], tables=())))
+    parsed = _relative(HERE / "fixtures" / "specs" / "duplicate-requirement" / "spec.md")
+    document = valid_report(json.loads(render_json(build_report(parsed, [], tables=()))))
     [item] = document["items"]
     assert item["valid"] is False
     [issue] = item["issues"]
@@ -210,49 +289,64 @@ def test_json_issues_of_an_invalid_spec() -> None:
     assert issue["line"] == 27
     assert issue["message"].startswith('Requirement header "### Requirement: Thing works"')
     assert document["summary"]["totals"] == {"items": 1, "passed": 0, "failed": 1}
-    missing = load_spec(HERE / "fixtures" / "specs" / "missing-purpose" / "spec.md")
-    [no_line] = json.loads(render_json(build_report(missing, [], tables=())))["items"][0]["issues"]
+    missing = _relative(HERE / "fixtures" / "specs" / "missing-purpose" / "spec.md")
+    document = valid_report(json.loads(render_json(build_report(missing, [], tables=()))))
+    [no_line] = document["items"][0]["issues"]
     assert "line" not in no_line  # as OpenSpec: no line, no key
 
 
 # --- Markdown ------------------------------------------------------------------------------------
-
-SCENARIO_HEADER = "| Scenario | Outcome | Tested | Model-checked | Tests |"
 
 
 def _unescaped_pipes(line: str) -> int:
     return len(re.findall(r"(?<!\\)\|", line))
 
 
-def test_markdown_has_one_table_per_requirement(
+def test_markdown_has_each_scenario_with_its_steps_and_tests(
     report: ConformanceReport, parsed: ParsedSpec
 ) -> None:
     text = render_markdown(report)
     lines = text.splitlines()
-    assert text.count(SCENARIO_HEADER) == 8
     for requirement in parsed.spec.requirements:
         heading = lines.index(f"### {requirement.name}")
-        header = lines.index(SCENARIO_HEADER, heading)
-        assert lines[header + 1] == "|---|---|---|---|---|"
-        rows = lines[header + 2 : header + 2 + len(requirement.scenarios)]
-        for row, scenario in zip(rows, requirement.scenarios, strict=True):
-            assert row.startswith(f"| {scenario.name} | ")
-            assert _unescaped_pipes(row) == 6
-    context = next(line for line in lines if line.startswith("| Context crosses"))
-    assert context.startswith(
-        "| Context crosses an asynchronous boundary | passed | passed (1) | passed (1) | "
-    )
-    assert "`tests/stateful/test_model.py::TestMachine::runTest[0]` passed, model check" in context
-    failed = next(line for line in lines if line.startswith("| Deadline expires"))
-    assert "| **failed** | **failed** (1) | — |" in failed
-    uncovered = next(line for line in lines if line.startswith("| Stage 2 implementation"))
-    assert uncovered == "| Stage 2 implementation completes | **uncovered** | — | — | — |"
+        for scenario in requirement.scenarios:
+            outcome = report.by_id[scenario.id].outcome
+            shown = f"**{outcome}**" if outcome in {"failed", "uncovered"} else outcome
+            at = lines.index(f"#### Scenario: {scenario.name} — {shown}", heading)
+            steps = [f"- **{step.keyword}** {step.text}" for step in scenario.steps]
+            start = lines.index(steps[0], at)  # WHEN/THEN under the scenario, verbatim
+            assert lines[start : start + len(steps)] == steps
+    assert (
+        "- `tests/stateful/test_model.py::TestMachine::runTest[0]`: passed, model check, "
+        "1,234 sequences checked"
+    ) in lines
+    assert "No test names this scenario." in text
+
+
+def test_markdown_says_why_under_the_failed_scenario(
+    report: ConformanceReport, parsed: ParsedSpec
+) -> None:
+    text = render_markdown(report)
+    failed = parsed.spec.scenarios[2]
+    section = text.split(f"#### Scenario: {failed.name} — **failed**")[1].split("#### ")[0]
+    assert "```text\n  AssertionError: the first outcome must stay\n" in section
+    checked = parsed.spec.scenarios[4]
+    section = text.split(f"#### Scenario: {checked.name} — **failed**")[1].split("#### ")[0]
+    assert "Counterexample (explored sequence, 3 step(s)); replay with " in section
+    assert "`diagnosis-harness model-check --replay 0,1,2`" in section
+    assert "| 2 ⚠ **disagree** | `succeed()` | `FAILED` | `SUCCEEDED` |" in section
 
 
 def test_markdown_summary_problems_unknown_and_coverage(report: ConformanceReport) -> None:
     text = render_markdown(report)
     assert text.startswith("# Conformance report: `diagnosis-harness-run-context`\n")
-    assert "| Scenarios | 16 | 13 | 1 | 1 | 1 | 13 | 4 |" in text
+    assert "| Scenarios | 16 | 12 | 2 | 1 | 1 |" in text
+    assert "| Scenarios with an example test | 15 | 13 | 1 | 1 | — |" in text
+    assert "| Scenarios with a model check | 4 | 3 | 1 | 0 | — |" in text
+    assert "| Tests naming a scenario | 19 | 16 | 2 | 1 | — |" in text
+    assert "| Test \N{MULTIPLICATION SIGN} scenario credits | 19 | 16 | 2 | 1 | — |" in text
+    assert "**FAIL: 2 of 16 scenarios failed; 1 of 16 scenarios have no test; " in text
+    assert "Made by diagnosis-harness 1.2.3, commit 0123456789ab (dirty), Python 3.12.1." in text
     assert "## Marks naming no scenario" in text
     assert "`tests/test_sample.py::test_typo`" in text
     assert text.count("| # | Source | Event | Guard | Target | Requirement | Count |") == 3
@@ -277,9 +371,8 @@ def test_markdown_escapes_cells() -> None:
         outcome="passed",
     )
     text = render_markdown(build_report(spec, [result], tables=()))
-    row = next(line for line in text.splitlines() if line.startswith("| A \\| B"))
-    assert _unescaped_pipes(row) == 6
-    assert "`t.py::test[a\\|<b>]`" in row
+    assert "#### Scenario: A \\| B — passed" in text
+    assert "- `t.py::test[a\\|<b>]`: passed" in text
     assert "### Pipes \\| and &lt;b&gt;tags&lt;/b&gt;" in text
     assert "<b>" not in re.sub(r"`[^`]*`", "", text)  # markup only inside code spans, verbatim
 
@@ -314,9 +407,15 @@ def test_html_shows_every_requirement_and_scenario(
         assert f'href="#{requirement.id}"' in page
         for scenario in requirement.scenarios:
             assert f'<tr class="{report.by_id[scenario.id].outcome}" id="{scenario.id}">' in page
-            assert f"<summary>{html.escape(scenario.name)}</summary>" in page
+            assert f'<span class="sname">{html.escape(scenario.name)}</span>' in page
+            for step in scenario.steps:  # visible, not behind a <details>
+                assert f"<li><b>{step.keyword}</b> " in page
+    assert "<details" not in page
     assert page.count('<span class="tag">model check</span>') == 4
-    assert "Not every scenario passed: 1 failed, 1 uncovered, 1 skipped, 1 unknown mark(s)." in page
+    assert (
+        "FAIL: 2 of 16 scenarios failed; 1 of 16 scenarios have no test; 1 of 16 scenarios were "
+        "only skipped; 1 spec mark(s) name no scenario"
+    ) in page
     assert "did you mean @pytest.mark.spec(" in html.unescape(page)
 
 
@@ -412,12 +511,32 @@ def test_html_escapes_everything() -> None:
             outcome="failed",
         ),
         TestResult(nodeid=f"t.py::{evil}", requirement=evil, scenario=evil, outcome="passed"),
+        TestResult(
+            nodeid=f"u.py::{evil}",
+            requirement=evil,
+            scenario=evil,
+            outcome="failed",
+            message=evil,
+            model_check=True,
+            counterexample=Counterexample(
+                kind=evil,
+                message=evil,
+                steps=(CounterexampleStep(index=0, action=evil, model=evil, runtime=evil),),
+                disagreement=0,
+                replay=evil,
+            ),
+        ),
     ]
-    page = render_html(build_report(spec, results, tables=(), generated_at=evil))
+    identity = Identity(version=evil, python=evil, commit=evil, generated_at=evil)
+    page = render_html(build_report(spec, results, tables=(), identity=identity))
     assert "<script" not in page
     assert 'alert("x")' not in page
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
-    assert "t.py::test[&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;amp;]" in page
+    # a test ID may wrap after :: and before [, and nowhere else
+    assert (
+        "t.py::<wbr>test<wbr>[&lt;script&gt;alert(&quot;x&quot;)&lt;/<wbr>script&gt;&amp;amp;]"
+        in page
+    )
     assert "<code>&lt;script&gt;" in page  # a code span in the text is still escaped inside
 
 
@@ -432,50 +551,6 @@ def test_write_reports(report: ConformanceReport, tmp_path: Path) -> None:
 
 
 # --- the page in a real browser ------------------------------------------------------------------
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-    "--hide-scrollbars",
-)
-
-
-def _chromium(home: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
-    assert CHROMIUM is not None
-    profile = home / f"profile-{len(list(home.glob('profile-*')))}"
-    env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / "config")}
-    env["XDG_CACHE_HOME"] = str(home / "cache")
-    done = subprocess.run(
-        [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *arguments],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done
-
-
-def _png_pixels(data: bytes) -> tuple[int, int, bytes]:
-    """Width, height and the inflated (still filtered) scanlines of a PNG."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", data[16:24])
-    chunks, at = [], 8
-    while at < len(data):
-        (length,) = struct.unpack(">I", data[at : at + 4])
-        if data[at + 4 : at + 8] == b"IDAT":
-            chunks.append(data[at + 8 : at + 8 + length])
-        at += 12 + length
-    return width, height, zlib.decompress(b"".join(chunks))
 
 
 # The browser renders the page the tests above check as text: the Python version changes nothing
@@ -492,7 +567,7 @@ def test_the_page_renders_in_headless_chromium(
     page = tmp_path / "conformance.html"
     page.write_text(render_html(report), encoding="utf-8")
 
-    dom = _chromium(tmp_path, "--dump-dom", page.as_uri()).stdout
+    dom = chromium(tmp_path, "--dump-dom", page.as_uri()).stdout
     assert "<title>Conformance report: diagnosis-harness-run-context</title>" in dom
     for requirement in parsed.spec.requirements:
         assert f"{html.escape(requirement.name, quote=False)}</h3>" in dom, requirement.name
@@ -505,11 +580,18 @@ def test_the_page_renders_in_headless_chromium(
         for state in table.states:
             assert f">{state.name}</text>" in svg.group(0)
 
+    # Without a click: the steps of every scenario, and why each failed test failed.
+    shown = visible_text(tmp_path, page)
+    assert "AssertionError: the first outcome must stay" in shown
+    assert "succeed() after fail() replaced the outcome" in shown
+    for scenario in parsed.spec.scenarios:
+        assert scenario.steps[0].text.replace("`", "") in shown, scenario.name
+
     REPORTS.mkdir(exist_ok=True)
     SCREENSHOT.unlink(missing_ok=True)
-    _chromium(tmp_path, f"--screenshot={SCREENSHOT}", "--window-size=1280,4000", page.as_uri())
+    chromium(tmp_path, f"--screenshot={SCREENSHOT}", "--window-size=1280,4000", page.as_uri())
     data = SCREENSHOT.read_bytes()
-    width, height, pixels = _png_pixels(data)
+    width, height, pixels = png_pixels(data)
     assert (width, height) == (1280, 4000)
     assert len(data) > 50_000  # a rendered page, not a blank one (about 1 kB)
     assert len(set(pixels)) > 64

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -14,17 +15,20 @@ import pytest
 import diagnosis_harness
 from diagnosis_harness._generated.tables import BUDGET, LIFECYCLE, RETRY
 from diagnosis_harness.conformance import (
+    Checked,
+    Counterexample,
+    CounterexampleStep,
+    Identity,
     ParsedSpec,
     TestOutcome,
     TestResult,
     UnknownMarker,
     build_report,
     coverage_counts,
-    default_tables,
     fold_outcomes,
     load_spec,
-    table_coverage,
 )
+from diagnosis_harness.conformance._report import default_tables, table_coverage
 from diagnosis_harness.conformance.suite._support import BUDGETS, RUN_CONTEXT, TERMINAL
 
 # The retry table is RETRY in this module, so the requirement keeps a longer name.
@@ -49,7 +53,9 @@ def result(
     nodeid: str | None = None,
 ) -> TestResult:
     return TestResult(
-        nodeid=nodeid or f"tests/test_x.py::test_{scenario.lower().replace(' ', '_')}",
+        nodeid=nodeid
+        or f"tests/test_x.py::test_{'check_' if model_check else ''}"
+        f"{scenario.lower().replace(' ', '_')}",
         requirement=requirement,
         scenario=scenario,
         outcome=outcome,
@@ -80,7 +86,7 @@ def test_outcomes_per_scenario_and_per_kind(parsed: ParsedSpec) -> None:
         result(RUN_CONTEXT, "Context crosses an asynchronous boundary"),
         result(RUN_CONTEXT, "Context crosses an asynchronous boundary", model_check=True),
         result(RUN_CONTEXT, "Invalid identity starts a Run", "failed"),
-        result(RUN_CONTEXT, "Invalid identity starts a Run"),
+        result(RUN_CONTEXT, "Invalid identity starts a Run", nodeid="tests/test_x.py::test_again"),
         result(TERMINAL, "Success wins a terminal race", "skipped"),
         result(TERMINAL, "Budget exhaustion wins a terminal race", model_check=True),
         result(TERMINAL, "Budget exhaustion wins a terminal race", "skipped"),
@@ -127,9 +133,12 @@ def test_outcomes_per_scenario_and_per_kind(parsed: ParsedSpec) -> None:
         "skipped": 1,
         "uncovered": 6,
     }
-    assert (summary.tested, summary.model_checked) == (1, 2)
-    assert (summary.tests, summary.model_checks) == (7, 2)
+    # scenarios with an example test / a model check, by the outcome over those tests alone
+    assert dict(summary.example_tested) == {"passed": 1, "failed": 1, "skipped": 2}
+    assert dict(summary.model_checked) == {"passed": 2, "failed": 0, "skipped": 0}
+    assert (summary.tests, summary.model_check_tests) == (7, 2)
     assert dict(summary.tests_by_outcome) == {"passed": 4, "failed": 1, "skipped": 2}
+    assert summary.credits == 7
     assert report.failed
     assert not report.all_passed
     assert report.by_id[context.scenario.id] is context
@@ -140,8 +149,8 @@ def test_all_passed_needs_every_scenario_passed_and_no_unknown_mark(parsed: Pars
     report = build_report(parsed, everything)
     assert report.all_passed
     assert not report.failed
-    assert report.summary.tested == 16
-    assert report.summary.model_checked == 0
+    assert dict(report.summary.example_tested) == {"passed": 16, "failed": 0, "skipped": 0}
+    assert sum(report.summary.model_checked.values()) == 0
 
     assert not build_report(parsed, everything[1:]).all_passed
     stray = result(TERMINAL, "Nothing like this at all, really")
@@ -150,6 +159,30 @@ def test_all_passed_needs_every_scenario_passed_and_no_unknown_mark(parsed: Pars
     assert not build_report(
         invalid, [result(s.requirement, s.name) for s in invalid.spec.scenarios]
     ).all_passed
+
+
+def test_tests_are_counted_once_and_credits_once_per_scenario(parsed: ParsedSpec) -> None:
+    """A test naming two scenarios is one test and two credits; its failure is charged to its
+    own two scenarios and to no other."""
+    both = "tests/test_x.py::test_both_races"
+    results = [
+        result(TERMINAL, "Success wins a terminal race", "failed", nodeid=both),
+        result(TERMINAL, "Budget exhaustion wins a terminal race", "failed", nodeid=both),
+        result(RUN_CONTEXT, "Context crosses an asynchronous boundary", model_check=True),
+    ]
+    report = build_report(parsed, results)
+    summary = report.summary
+    assert (summary.tests, dict(summary.tests_by_outcome)) == (
+        2,
+        {"passed": 1, "failed": 1, "skipped": 0},
+    )
+    assert (summary.credits, dict(summary.credits_by_outcome)) == (
+        3,
+        {"passed": 1, "failed": 2, "skipped": 0},
+    )
+    failed = {s.scenario.name for s in report.scenarios if s.outcome == "failed"}
+    assert failed == {"Success wins a terminal race", "Budget exhaustion wins a terminal race"}
+    assert dict(summary.model_checked) == {"passed": 1, "failed": 0, "skipped": 0}
 
 
 def test_results_naming_no_scenario_are_listed_with_a_hint(parsed: ParsedSpec) -> None:
@@ -234,9 +267,9 @@ def test_coverage_is_laid_over_every_table(parsed: ParsedSpec) -> None:
     assert [row.index for row in lifecycle.uncovered] == [2, 4, 5]
     assert lifecycle.total == 7
     assert lifecycle.reached_states == {"RUNNING", "SUCCESS", "CANCELLED"}
-    # A table the coverage does not mention was run zero times, not "unknown".
-    assert budget.recorded
-    assert [row.index for row in budget.uncovered] == [1, 2, 3, 4]
+    # A table the coverage does not name was not recorded: its counts are unknown, not zero.
+    assert not budget.recorded
+    assert budget.uncovered == ()
     assert [row.index for row in retry.uncovered] == [2]
     assert report.coverage_problems == ()
     row = lifecycle.rows[0]
@@ -362,7 +395,7 @@ def test_build_report_takes_a_coverage_object(parsed: ParsedSpec) -> None:
     lifecycle, budget, retry = report.coverage
     assert [row.count for row in lifecycle.rows] == [3, 0, 0, 0, 0]
     assert retry.rows[3].count == 7
-    assert budget.recorded
+    assert not budget.recorded  # its counts() names no budget row
 
 
 def test_table_coverage_of_one_table() -> None:
@@ -381,10 +414,26 @@ def test_table_coverage_of_one_table() -> None:
     assert [r.count for r in table.rows] == [0, 0, 0, 2, 0, 0, 0]
 
 
-def test_version_and_stamp(parsed: ParsedSpec) -> None:
-    assert build_report(parsed, []).version == diagnosis_harness.__version__
-    report = build_report(parsed, [], version="9.9", generated_at="today")
-    assert (report.version, report.generated_at) == ("9.9", "today")
+def test_identity_defaults_to_this_package_and_python(parsed: ParsedSpec) -> None:
+    identity = build_report(parsed, []).identity
+    assert identity.version == diagnosis_harness.__version__
+    assert identity.python == platform.python_version()
+    assert (identity.commit, identity.dirty, identity.generated_at) == (None, None, None)
+    given = Identity(version="9.9", python="3.99", generated_at="today")
+    report = build_report(parsed, [], identity=given)
+    assert (report.version, report.generated_at, report.identity) == ("9.9", "today", given)
+
+
+def test_a_counterexample_names_a_step_it_has() -> None:
+    step = CounterexampleStep(index=0, action="start()")
+    with pytest.raises(ValueError, match="disagreement names step 3"):
+        Counterexample(kind="schedule", message="", steps=(step,), disagreement=3)
+
+
+@pytest.mark.parametrize(("kind", "count"), [("sequence", 1), ("schedules", -1), ("examples", 1.5)])
+def test_checked_takes_a_known_kind_and_a_natural_count(kind: Any, count: Any) -> None:
+    with pytest.raises(ValueError, match=r"Checked\.(kind|count)"):
+        Checked(kind=kind, count=count)
 
 
 def test_the_core_does_not_import_conformance_and_conformance_needs_only_the_stdlib() -> None:

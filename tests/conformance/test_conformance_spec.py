@@ -1,9 +1,10 @@
-"""The spec parser: both forms of our spec give one model; malformed specs give OpenSpec's problems.
+"""The spec parser: our spec gives its model; malformed specs give OpenSpec's problems.
 
 ``fixtures/specs/<name>/spec.md`` are small OpenSpec specs with one defect each, named by the
 directory; ``fixtures/openspec-1.13.2.json`` is what ``openspec validate --specs --strict --json``
 (1.13.2) said about them, recorded once, so the parity test runs offline.
-``fixtures/seed-spec.txt`` is the seed spec in its plain-text form, as delivered.
+``fixtures/seed-spec.txt`` is the seed spec in its plain-text form, as delivered: neither OpenSpec
+nor this parser reads it as a spec.
 """
 
 from __future__ import annotations
@@ -19,13 +20,9 @@ from diagnosis_harness.conformance import (
     ParsedSpec,
     find_scenario,
     load_spec,
-    nearest_match,
-    nearest_scenario,
-    parse_markdown,
-    parse_plain,
     parse_spec,
-    slugify,
 )
+from diagnosis_harness.conformance._spec import nearest_match, nearest_scenario, slugify
 from diagnosis_harness.conformance.suite._support import (
     BUDGETS,
     DEADLINE,
@@ -84,25 +81,16 @@ def markdown() -> ParsedSpec:
     return load_spec(MARKDOWN)
 
 
-@pytest.fixture(scope="module")
-def plain() -> ParsedSpec:
-    return load_spec(PLAIN)
-
-
 def _line_of(path: Path, text: str) -> int:
     lines = path.read_text(encoding="utf-8").splitlines()
     return next(i for i, line in enumerate(lines, 1) if line.strip().endswith(text))
 
 
-# --- our spec, both forms ------------------------------------------------------------------------
+# --- our spec ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("form", ["markdown", "plain"])
-def test_both_forms_give_the_eight_requirements_and_sixteen_scenarios(
-    form: str, markdown: ParsedSpec, plain: ParsedSpec
-) -> None:
-    parsed = markdown if form == "markdown" else plain
-    assert parsed.form == form
+def test_our_spec_gives_the_eight_requirements_and_sixteen_scenarios(markdown: ParsedSpec) -> None:
+    parsed = markdown
     assert parsed.spec.capability == CAPABILITY
     names = {r.name: [s.name for s in r.scenarios] for r in parsed.spec.requirements}
     assert names == REQUIREMENTS
@@ -111,10 +99,8 @@ def test_both_forms_give_the_eight_requirements_and_sixteen_scenarios(
     assert len(parsed.spec.scenarios) == 16
 
 
-def test_both_forms_give_the_same_ids(markdown: ParsedSpec, plain: ParsedSpec) -> None:
+def test_ids_name_the_capability_requirement_and_scenario(markdown: ParsedSpec) -> None:
     ids = [s.id for s in markdown.spec.scenarios]
-    assert ids == [s.id for s in plain.spec.scenarios]
-    assert [r.id for r in markdown.spec.requirements] == [r.id for r in plain.spec.requirements]
     assert len(set(ids)) == 16
     assert ids[0] == (
         "diagnosis-harness-run-context/runcontext-shall-be-explicit-and-structurally-immutable/"
@@ -137,12 +123,6 @@ def test_our_spec_in_markdown_has_no_problem(markdown: ParsedSpec) -> None:
     assert markdown.valid
 
 
-def test_the_plain_form_is_valid_but_noted_as_unreadable_by_openspec(plain: ParsedSpec) -> None:
-    assert [(p.level, p.code) for p in plain.problems] == [("INFO", "plain-form")]
-    assert plain.valid
-    assert plain.spec.purpose.startswith("定义 Diagnosis Harness")  # the seed's purpose, verbatim
-
-
 def test_steps_and_lines_of_the_markdown_form(markdown: ParsedSpec) -> None:
     first = markdown.spec.requirements[0]
     assert first.line == _line_of(MARKDOWN, RUN_CONTEXT)
@@ -161,27 +141,18 @@ def test_steps_and_lines_of_the_markdown_form(markdown: ParsedSpec) -> None:
     assert [s.keyword for s in deadline.steps] == ["WHEN", "THEN", "AND"]
 
 
-def test_the_plain_form_folds_and_steps_into_then(markdown: ParsedSpec, plain: ParsedSpec) -> None:
-    """The seed has no AND steps: what the markdown says in THEN + AND, it says in one THEN."""
+def test_every_scenario_says_when_then_and_maybe_and(markdown: ParsedSpec) -> None:
     assert sum(len(s.steps) for s in markdown.spec.scenarios) == 38
-    assert sum(len(s.steps) for s in plain.spec.scenarios) == 32
-    assert not any(step.keyword == "AND" for s in plain.spec.scenarios for step in s.steps)
-    for scenario in plain.spec.scenarios:
-        assert [s.keyword for s in scenario.steps] == ["WHEN", "THEN"]
     for scenario in markdown.spec.scenarios:
         keywords = [s.keyword for s in scenario.steps]
         assert keywords[:2] == ["WHEN", "THEN"]
         assert set(keywords[2:]) <= {"AND"}
-    first = plain.spec.requirements[0]
-    assert first.line == _line_of(PLAIN, f"Requirement: {RUN_CONTEXT}")
-    assert first.scenarios[0].steps[0].line == first.scenarios[0].line + 2
 
 
-def test_every_requirement_text_says_shall(markdown: ParsedSpec, plain: ParsedSpec) -> None:
-    for parsed in (markdown, plain):
-        for requirement in parsed.spec.requirements:
-            assert re.search(r"\b(SHALL|MUST)\b", requirement.text), requirement.name
-            assert "\n\n" not in requirement.text  # one paragraph each
+def test_every_requirement_text_says_shall(markdown: ParsedSpec) -> None:
+    for requirement in markdown.spec.requirements:
+        assert re.search(r"\b(SHALL|MUST)\b", requirement.text), requirement.name
+        assert "\n\n" not in requirement.text  # one paragraph each
 
 
 def test_crlf_and_a_bom_read_the_same() -> None:
@@ -191,14 +162,12 @@ def test_crlf_and_a_bom_read_the_same() -> None:
     assert crlf.problems == ()
 
 
-def test_the_form_is_detected_and_can_be_forced() -> None:
-    text = PLAIN.read_text(encoding="utf-8")
-    assert parse_spec(text).form == "plain"
-    forced = parse_markdown(text, source="seed.txt")
-    assert forced.form == "markdown"
-    assert not forced.valid
-    assert {p.code for p in forced.problems} >= {"missing-purpose", "missing-requirements-section"}
-    assert parse_plain(MARKDOWN.read_text(encoding="utf-8")).spec.requirements == ()
+def test_the_seeds_plain_text_is_not_read_as_a_spec() -> None:
+    """Only OpenSpec's Markdown form is read; a text in another form says what it lacks."""
+    parsed = parse_spec(PLAIN.read_text(encoding="utf-8"), source="seed.txt")
+    assert not parsed.valid
+    assert {p.code for p in parsed.problems} >= {"missing-purpose", "missing-requirements-section"}
+    assert parsed.spec.requirements == ()
 
 
 def test_parsed_specs_are_frozen(markdown: ParsedSpec) -> None:
@@ -281,7 +250,6 @@ def _fixture(name: str) -> ParsedSpec:
 @pytest.mark.parametrize("name", sorted(MALFORMED))
 def test_each_malformed_spec_reports_its_problem_with_its_line(name: str) -> None:
     parsed = _fixture(name)
-    assert parsed.form == "markdown"
     assert parsed.spec.capability == name
     assert [(p.level, p.code, p.line) for p in parsed.problems] == MALFORMED[name]
     assert parsed.valid is (name == "valid")
@@ -415,42 +383,11 @@ def test_openspec_reports_nothing_we_miss(item: dict[str, object]) -> None:
         assert matches, (issue, parsed.problems)
 
 
-def test_openspec_rejects_the_plain_form_we_read() -> None:
+def test_openspec_and_we_both_reject_the_plain_form() -> None:
     [item] = [i for i in RECORDED["items"] if i["id"] == "seed-plain-text"]
     assert item["valid"] is False
     assert item["issues"][0]["message"].startswith("Spec must have a Purpose section")
-    assert load_spec(PLAIN).valid
-
-
-# --- the plain form's problems -------------------------------------------------------------------
-
-PLAIN_MALFORMED: dict[str, list[tuple[str, str, int | None]]] = {
-    "plain-duplicate-requirement": [("ERROR", "duplicate-requirement", 20)],
-    "plain-missing-purpose": [("ERROR", "missing-purpose", None)],
-    "plain-missing-then": [("ERROR", "missing-step", 15)],
-    "plain-stray-line": [("ERROR", "stray-line", 18)],
-    "plain-no-shall": [("WARNING", "no-shall", 11)],
-    "plain-no-scenarios": [("ERROR", "no-scenarios", 11)],
-}
-
-
-@pytest.mark.parametrize("name", sorted(PLAIN_MALFORMED))
-def test_each_malformed_plain_spec_reports_its_problem_with_its_line(name: str) -> None:
-    parsed = load_spec(FIXTURES / f"{name}.txt")
-    assert parsed.form == "plain"
-    assert parsed.spec.capability == "plain-fixture"  # from its first line, a path
-    problems = [(p.level, p.code, p.line) for p in parsed.problems if p.code != "plain-form"]
-    assert problems == PLAIN_MALFORMED[name]
-    assert not parsed.valid
-
-
-def test_a_wrapped_plain_step_continues_the_step() -> None:
-    text = (FIXTURES / "plain-stray-line.txt").read_text(encoding="utf-8")
-    wrapped = text.replace("It works, mostly.", "  and used again")
-    parsed = parse_spec(wrapped)
-    assert [p.code for p in parsed.problems] == ["plain-form"]
-    [scenario] = parsed.spec.scenarios
-    assert [s.text for s in scenario.steps] == ["the thing is used and used again", "it works"]
+    assert not load_spec(PLAIN).valid
 
 
 # --- lookups and hints ---------------------------------------------------------------------------

@@ -238,11 +238,36 @@ def test_outcomes_are_collected_into_the_report(
     assert by_name["Fourth thing"]["tested_outcome"] == "skipped"
     assert by_name["Fourth thing"]["model_checked_outcome"] == "passed"
     assert all(t["duration"] >= 0 for s in by_name.values() for t in s["tests"])
+    # why each failed test failed, with the phase when it was not the call
+    messages = {
+        t["nodeid"].split("::")[1]: t["message"] for s in by_name.values() for t in s["tests"]
+    }
+    assert messages["test_fails"] == "assert False"
+    assert messages["test_setup_fails"] == "error in setup: RuntimeError: setup fails"
+    assert messages["test_passes"] is None
+    assert messages["test_skips"] is None
     result.stdout.fnmatch_lines(
         [
             "*- spec conformance -*",
-            "toy: 2/5 scenarios passed (2 failed, 1 skipped, 0 uncovered), 2 model-checked;*",
-            "  failed    Things SHALL work / Second thing",
+            "conformance of toy",
+            "  made by       diagnosis-harness *, Python *",
+            "  spec          specs/toy/spec.md",
+            "  requirements  0/2 passed (2 failed, 0 skipped, 0 uncovered)",
+            "  scenarios     2/5 passed (2 failed, 1 skipped, 0 uncovered); 5 example-tested "
+            "(1 passed, 2 failed, 2 skipped), 2 model-checked (2 passed, 0 failed, 0 skipped)",
+            "  tests         7 tests naming a scenario (3 passed, 2 failed, 2 skipped; 2 of them "
+            "model checks)",
+            "  credits       9 test \N{MULTIPLICATION SIGN} scenario credits "
+            "(5 passed, 2 failed, 2 skipped)",
+            "  FAILED        Things SHALL work / Second thing",
+            "      test_outcomes.py::test_fails",
+            "        assert False",
+            "  SKIPPED       Things SHALL work / Third thing",
+            "  FAILED        Other things SHALL work too / Fifth thing",
+            "      test_outcomes.py::test_setup_fails",
+            "        error in setup: RuntimeError: setup fails",
+            "  wrote         *conformance.json, *conformance.md, *conformance.html",
+            "FAIL: 2 of 5 scenarios failed; 1 of 5 scenarios were only skipped",
         ]
     )
 
@@ -301,7 +326,8 @@ def test_spec_strict_fails_a_run_with_an_uncovered_scenario(
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(
         [
-            "  uncovered Things SHALL work / Third thing",
+            "  UNCOVERED     Things SHALL work / Third thing",
+            "FAIL: 1 of 5 scenarios have no test",
             "--spec-strict: the run fails: not every scenario has a passing test",
         ]
     )
@@ -313,7 +339,12 @@ def test_spec_strict_passes_when_every_scenario_passes(
     _cover(pytester, ALL_FIVE)
     result = run(pytester, "--spec", str(small_spec), "--spec-strict")
     assert result.ret == pytest.ExitCode.OK
-    result.stdout.fnmatch_lines(["toy: 5/5 scenarios passed (0 failed, 0 skipped, 0 uncovered)*"])
+    result.stdout.fnmatch_lines(
+        [
+            "  scenarios     5/5 passed (0 failed, 0 skipped, 0 uncovered)*",
+            "PASS: all 5 scenarios passed",
+        ]
+    )
 
 
 def test_spec_strict_fails_on_a_skipped_scenario(
@@ -332,7 +363,7 @@ def test_spec_strict_fails_on_a_skipped_scenario(
     )
     result = run(pytester, "--spec", str(small_spec), "--spec-strict")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["  skipped   Things SHALL work / First thing"])
+    result.stdout.fnmatch_lines(["  SKIPPED       Things SHALL work / First thing"])
 
 
 def test_unknown_marks_can_be_reported_instead(pytester: pytest.Pytester, small_spec: Path) -> None:
@@ -350,7 +381,9 @@ def test_unknown_marks_can_be_reported_instead(pytester: pytest.Pytester, small_
     assert (unknown["requirement"], unknown["scenario"]) == (THINGS, "Frist thing")
     assert unknown["hint"] == f'did you mean @pytest.mark.spec("{THINGS}", "First thing")?'
     assert unknown["outcome"] == "passed"
-    result.stdout.fnmatch_lines(["*unknown   *::test_5: spec(*'Frist thing') names no scenario*"])
+    result.stdout.fnmatch_lines(
+        ["*UNKNOWN MARK  *::test_5: spec(*'Frist thing') names no scenario*"]
+    )
 
     assert run(pytester, *args, "--spec-strict").ret == pytest.ExitCode.TESTS_FAILED
 
@@ -376,14 +409,18 @@ def test_the_default_spec_is_the_rootdirs(pytester: pytest.Pytester, small_spec:
     _cover(pytester, [(THINGS, "First thing")])
     result = run(pytester)
     assert result.ret == pytest.ExitCode.OK
-    result.stdout.fnmatch_lines(["toy: 1/5 scenarios passed*"])
+    result.stdout.fnmatch_lines(
+        ["conformance of toy", "*", "*", "*", "  scenarios     1/5 passed*"]
+    )
 
 
 def test_without_a_spec_in_the_rootdir_the_shipped_one_is_used(pytester: pytest.Pytester) -> None:
     _cover(pytester, [(RUN_CONTEXT, REAL_SCENARIO)])
     result = run(pytester, *SWITCH)
     assert result.ret == pytest.ExitCode.OK
-    result.stdout.fnmatch_lines(["diagnosis-harness-run-context: 1/16 scenarios passed*"])
+    result.stdout.fnmatch_lines(
+        ["conformance of diagnosis-harness-run-context", "*", "*", "*", "*1/16 passed*"]
+    )
 
 
 def test_a_missing_spec_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
@@ -476,4 +513,11 @@ def test_several_specs_get_a_report_each(pytester: pytest.Pytester, small_spec: 
         "test_several_specs_get_a_report_each.py::test_1"
     ]
     assert toy["unknown"] == second["unknown"] == []
-    result.stdout.fnmatch_lines(["toy: 1/5 scenarios passed*", "other: 1/5 scenarios passed*"])
+    result.stdout.fnmatch_lines(
+        [
+            "conformance of toy",
+            "  scenarios     1/5 passed*",
+            "conformance of other",
+            "  scenarios     1/5 passed*",
+        ]
+    )

@@ -1,17 +1,19 @@
-"""Conformance: which spec scenarios the tests show, model-check and never reach.
+"""Conformance: which spec scenarios the tests show, model-check and never reach, and why not.
 
-Read the spec (OpenSpec markdown or the seed's plain text) with :func:`parse_spec` /
-:func:`load_spec`, collect one :class:`TestResult` per ``@pytest.mark.spec(requirement,
-scenario)`` a test carries (``model_check=True`` for ``@pytest.mark.model_check`` tests), then
-:func:`build_report` and render it as JSON (:func:`render_json`, shaped like ``openspec
-validate --json``), Markdown (:func:`render_markdown`) or one self-contained HTML page
-(:func:`render_html`), or all three with :func:`write_reports`::
+Read the spec (OpenSpec Markdown) with :func:`load_spec` / :func:`parse_spec`, collect one
+:class:`TestResult` per test and scenario its ``@pytest.mark.spec(requirement, scenario)`` names
+(``model_check=True`` for ``@pytest.mark.model_check`` tests; a failed one with its ``message``
+and, for a model check, its :class:`Counterexample`), then :func:`build_report` and render it as
+JSON (:func:`render_json`, shaped like ``openspec validate --json``; its schema is
+``docs/reference/conformance-report.schema.json``), Markdown (:func:`render_markdown`) or one
+self-contained HTML page (:func:`render_html`), or all three with :func:`write_reports`::
 
     parsed = load_spec("specs/diagnosis-harness-run-context/spec.md")
-    report = build_report(parsed, results, coverage=transition_coverage.as_dict())
+    report = build_report(parsed, results, coverage=transition_coverage)
     write_reports(report, "reports")
 
-The Core never imports this package; it uses only the standard library and the Core's tables.
+The pytest plugin (:mod:`._plugin`) does all of this for a pytest run, and ``diagnosis-harness
+report`` for the bundled suite. The Core never imports this package.
 """
 
 from __future__ import annotations
@@ -19,59 +21,50 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._diagram import render_svg
 from ._render_html import render_html
-from ._render_json import render_json, report_dict
+from ._render_json import render_json
 from ._render_markdown import render_markdown
 from ._report import (
-    OUTCOMES,
+    Checked,
     ConformanceReport,
-    CoverageData,
+    Counterexample,
+    CounterexampleStep,
+    Identity,
     Outcome,
     ReportSummary,
     RequirementReport,
     RowCoverage,
     ScenarioReport,
-    SupportsCounts,
     TableCoverage,
     TestOutcome,
     TestResult,
     UnknownMarker,
     build_report,
     coverage_counts,
-    default_tables,
     fold_outcomes,
-    table_coverage,
 )
 from ._spec import (
-    Level,
     ParsedSpec,
     Requirement,
     Scenario,
     Spec,
-    SpecForm,
     SpecProblem,
     Step,
-    StepKeyword,
     find_scenario,
     load_spec,
-    nearest_match,
-    nearest_scenario,
-    parse_markdown,
-    parse_plain,
     parse_spec,
-    slugify,
 )
 
 if TYPE_CHECKING:
     import os
 
 __all__ = [
-    "OUTCOMES",
     "REPORT_FILES",
+    "Checked",
     "ConformanceReport",
-    "CoverageData",
-    "Level",
+    "Counterexample",
+    "CounterexampleStep",
+    "Identity",
     "Outcome",
     "ParsedSpec",
     "ReportSummary",
@@ -81,33 +74,21 @@ __all__ = [
     "Scenario",
     "ScenarioReport",
     "Spec",
-    "SpecForm",
     "SpecProblem",
     "Step",
-    "StepKeyword",
-    "SupportsCounts",
     "TableCoverage",
     "TestOutcome",
     "TestResult",
     "UnknownMarker",
     "build_report",
     "coverage_counts",
-    "default_tables",
     "find_scenario",
     "fold_outcomes",
     "load_spec",
-    "nearest_match",
-    "nearest_scenario",
-    "parse_markdown",
-    "parse_plain",
     "parse_spec",
     "render_html",
     "render_json",
     "render_markdown",
-    "render_svg",
-    "report_dict",
-    "slugify",
-    "table_coverage",
     "write_reports",
 ]
 

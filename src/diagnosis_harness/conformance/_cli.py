@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from ._bundle import locate_spec, suite_dir
+from ._summary import console_summary
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -43,7 +44,6 @@ __all__ = ["DEFAULT_OUT", "add_arguments", "main", "pytest_args", "run"]
 DEFAULT_OUT: Final = "reports"
 _PLUGIN_MODULE: Final = "diagnosis_harness.conformance._plugin"
 _ENTRY_POINT: Final = "diagnosis_harness"
-_LIST_LIMIT: Final = 12
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
     report = reports[0]
     written = state.written[0] if state is not None and state.written else {}
     print()
-    for line in summary_screen(report, spec=spec, origin=origin, written=written):
+    for line in summary_screen(report, origin=origin, written=written):
         print(line)
     if report.all_passed and status == 0:
         return 0
@@ -180,58 +180,11 @@ def run(args: argparse.Namespace) -> int:
 def summary_screen(
     report: ConformanceReport,
     *,
-    spec: Path,
     origin: str,
     written: dict[str, Path],
 ) -> list[str]:
-    """The one-screen summary ``run`` prints."""
-    s = report.summary
-    by, req = s.scenarios_by_outcome, s.requirements_by_outcome
-    tests = s.tests_by_outcome
-    lines = [
-        f"conformance of {report.capability} (diagnosis-harness {report.version})",
-        f"  spec          {_shown(spec)} ({origin})"
-        + ("" if report.valid else f" -- INVALID: {s.errors} error(s), {s.warnings} warning(s)"),
-        f"  requirements  {req['passed']}/{s.requirements} passed"
-        f" ({req['failed']} failed, {req['skipped']} skipped, {req['uncovered']} uncovered)",
-        f"  scenarios     {by['passed']}/{s.scenarios} passed"
-        f" ({by['failed']} failed, {by['skipped']} skipped, {by['uncovered']} uncovered);"
-        f" {s.tested} tested, {s.model_checked} model-checked",
-        f"  tests         {s.tests} ({tests['passed']} passed, {tests['failed']} failed,"
-        f" {tests['skipped']} skipped; {s.model_checks} model checks)",
-    ]
-    recorded = [t for t in report.coverage if t.recorded]
-    if recorded:
-        parts = ", ".join(
-            f"{t.name} {sum(1 for r in t.rows if r.count)}/{len(t.rows)}" for t in recorded
-        )
-        lines.append(f"  transitions   rows taken: {parts}")
-    lacking = [r for r in report.scenarios if r.outcome != "passed"]
-    for scenario in lacking[:_LIST_LIMIT]:
-        lines.append(
-            f"  {scenario.outcome.upper():12}  {scenario.scenario.requirement}"
-            f" / {scenario.scenario.name}"
-        )
-    if len(lacking) > _LIST_LIMIT:
-        lines.append(f"  ... and {len(lacking) - _LIST_LIMIT} more scenarios without a pass")
-    for unknown in report.unknown[:_LIST_LIMIT]:
-        lines.append(
-            f"  UNKNOWN MARK  {unknown.nodeid}: ({unknown.requirement!r}, {unknown.scenario!r})"
-            + (f"; {unknown.hint}" if unknown.hint else "")
-        )
-    if len(report.unknown) > _LIST_LIMIT:
-        lines.append(f"  ... and {len(report.unknown) - _LIST_LIMIT} more unknown marks")
-    if written:
-        lines.append("  wrote         " + ", ".join(_shown(p) for p in written.values()))
-    if report.all_passed:
-        lines.append(f"PASS: every one of the {s.scenarios} scenarios has a passing test")
-    else:
-        lines.append(
-            f"FAIL: {len(lacking)} of {s.scenarios} scenarios without a passing test"
-            + (f", {s.unknown} unknown spec mark(s)" if s.unknown else "")
-            + ("" if report.valid else ", the spec is invalid")
-        )
-    return lines
+    """The one-screen summary ``run`` prints (:func:`._summary.console_summary`)."""
+    return console_summary(report, origin=origin, written=written, shown=_shown)
 
 
 def _shown(path: Path) -> str:

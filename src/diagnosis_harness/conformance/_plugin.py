@@ -25,12 +25,25 @@ in the report instead. The outcome of each tagged test is folded from its report
 (``pytest_runtest_logreport``): a failed phase (setup, call or teardown) is ``failed``; a skip in
 any phase, an xfail or a non-strict xpass is ``skipped``; a passed call is ``passed``. At session
 end :func:`build_report` matches the results to the scenarios, with the transition coverage of
-the session fixture ``transition_coverage`` (:mod:`._fixtures`) when a test used it, and
+the session fixture ``transition_coverage`` (:mod:`._fixtures`) when a test used it (a table
+counts as recorded once a check took one of its rows, whether that check passed or failed), and
 ``--spec-report=DIR`` writes ``conformance.{json,md,html}`` (one subdirectory per capability when
 several specs are given).
 ``--spec-strict`` turns a report that is not :attr:`ConformanceReport.all_passed` (a scenario
 without a passing test, an unknown mark, an invalid spec) into a failed run. ``--collect-only``
 checks the marks and reports nothing (no test ran).
+
+Each result carries what the report shows of it: a failed test's message (the exception pytest
+reports for its first failed phase, trimmed to :data:`MESSAGE_LINES` lines), and what a model
+check handed over with ``record_property``: ``"checked"`` (``{"kind", "count"}``) and, when it
+failed, ``"counterexample"`` (``{"kind", "message", "steps", "disagreement", "replay"}``, see
+:class:`~._report.Counterexample`). A property of the wrong shape is not dropped silently: the
+test's message says what was wrong with it. A test is credited to the scenarios its own ``spec``
+marks name and to no other: a failure is charged to those scenarios only.
+
+The report's identity (:mod:`._identity`) is the package version, the git commit and dirty flag of
+the project root (the git checkout holding the rootdir, else the rootdir), the UTC time, the
+Python version and Hypothesis's profile and seed; every path in it is relative to that root.
 
 Default spec, when none is configured: ``specs/*/spec.md`` under the rootdir, else the spec
 shipped with diagnosis-harness (:func:`._bundle.spec_path`). All state lives on the
@@ -41,23 +54,27 @@ do not leak into one another.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, final
 
 import pytest
 
-from . import (
+from . import write_reports
+from ._bundle import spec_path as shipped_spec_path
+from ._identity import collect_identity, project_root, shown_path
+from ._report import (
+    Checked,
     ConformanceReport,
-    ParsedSpec,
+    Counterexample,
+    CounterexampleStep,
     TestResult,
     UnknownMarker,
     build_report,
-    find_scenario,
-    load_spec,
-    nearest_scenario,
-    write_reports,
+    coverage_counts,
 )
-from ._bundle import spec_path as shipped_spec_path
+from ._spec import ParsedSpec, find_scenario, load_spec, nearest_scenario
+from ._summary import console_summary
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -65,11 +82,14 @@ if TYPE_CHECKING:
     from ..modelcheck._coverage import TransitionCoverage
 
 __all__ = [
+    "MESSAGE_LINES",
     "OPT_IN",
     "STATE_KEY",
     "ConformanceState",
-    "coverage_counts",
+    "failure_message",
     "opted_in",
+    "read_checked",
+    "read_counterexample",
 ]
 
 OPT_IN: Final = "diagnosis_harness_conformance"  # the ini switch (a bool)
@@ -87,7 +107,8 @@ _MARKER_LINES: Final = {
         "example test"
     ),
 }
-_SUMMARY_LIMIT: Final = 12  # scenarios without a passing test listed in the terminal summary
+MESSAGE_LINES: Final = 15  # lines of a failure message kept in the report
+_MESSAGE_CHARS: Final = 2_000  # and characters
 
 
 # -- options ----------------------------------------------------------------------------------
@@ -185,6 +206,8 @@ class _Phases:
     skipped: bool = False
     passed: bool = False  # the call phase passed
     duration: float = 0.0
+    message: str | None = None  # of the first failed phase
+    properties: dict[str, object] = dataclasses.field(default_factory=dict)  # record_property
 
     def outcome(self) -> Literal["passed", "failed", "skipped"] | None:
         if self.failed:
@@ -238,6 +261,7 @@ class ConformanceState:
         self.tracked: set[str] = set()  # nodeids of the tagged tests
         self.phases: dict[str, _Phases] = {}
         self.coverage: TransitionCoverage | None = None
+        self.root = project_root(config.rootpath)  # every path of the report is relative to it
         self.reports: list[ConformanceReport] = []
         self.written: list[dict[str, Path]] = []
         self.strict_failed = False
@@ -265,8 +289,10 @@ class ConformanceState:
         for path in self.spec_paths():
             if not path.is_file():
                 raise pytest.UsageError(f"--spec: no such spec file: {path}")
-            self.specs.append(load_spec(path))
-            self.spec_names.append(_shown(path, self.config.rootpath))
+            parsed = load_spec(path)
+            shown = shown_path(path, self.root)
+            self.specs.append(dataclasses.replace(parsed, source=shown))
+            self.spec_names.append(shown)
 
     # -- collection ----------------------------------------------------------------------------
 
@@ -332,7 +358,10 @@ class ConformanceState:
     def record(self, report: pytest.TestReport) -> None:
         phases = self.phases.setdefault(report.nodeid, _Phases())
         phases.duration += report.duration
+        phases.properties.update(report.user_properties)  # each report carries all so far
         if report.failed:
+            if phases.message is None:
+                phases.message = failure_message(report)
             phases.failed = True
         elif report.skipped or hasattr(report, "wasxfail"):
             phases.skipped = True  # a skip, an xfail, or a non-strict xpass
@@ -346,7 +375,11 @@ class ConformanceState:
     # -- the report ----------------------------------------------------------------------------
 
     def build(self) -> list[ConformanceReport]:
-        coverage = None if self.coverage is None else coverage_counts(self.coverage)
+        coverage = None
+        if self.coverage is not None:
+            # A table no check took a row of was not recorded ("—"), rather than never taken.
+            counts = coverage_counts(self.coverage)
+            coverage = {name: rows for name, rows in counts.items() if any(rows.values())}
         unknown = [
             UnknownMarker(
                 nodeid=u.nodeid,
@@ -364,6 +397,12 @@ class ConformanceState:
             if outcome is None:
                 continue  # deselected late, or the run stopped before it: no evidence
             phases = self.phases[nodeid]
+            checked, checked_problem = read_checked(phases.properties.get("checked"))
+            counterexample, problem = read_counterexample(phases.properties.get("counterexample"))
+            notes = [n for n in (checked_problem, problem) if n]
+            message = phases.message if outcome == "failed" else None
+            if notes:
+                message = "\n".join([*([message] if message else []), *notes])
             for index, mark in marks:
                 per_spec[index].append(
                     TestResult(
@@ -373,10 +412,17 @@ class ConformanceState:
                         outcome=outcome,
                         model_check=nodeid in self.model_checks,
                         duration=max(phases.duration, 0.0),
+                        message=message,
+                        checked=checked,
+                        counterexample=counterexample,
                     )
                 )
+        profile, seed = _hypothesis(self.config)
+        identity = collect_identity(self.root, hypothesis_profile=profile, hypothesis_seed=seed)
         return [
-            build_report(parsed, results, coverage=coverage, unknown_markers=unknown)
+            build_report(
+                parsed, results, coverage=coverage, unknown_markers=unknown, identity=identity
+            )
             for parsed, results in zip(self.specs, per_spec, strict=True)
         ]
 
@@ -405,10 +451,8 @@ class ConformanceState:
                     "failed the collection (see the errors above)"
                 )
             else:
-                lines.extend(summary(report))
-            if n < len(self.written):
-                files = ", ".join(str(path) for path in self.written[n].values())
-                lines.append(f"  wrote {files}")
+                written = self.written[n] if n < len(self.written) else {}
+                lines.extend(console_summary(report, written=written))
         if self.strict_failed:
             lines.append("--spec-strict: the run fails: not every scenario has a passing test")
         return lines
@@ -446,45 +490,89 @@ _STATE_PLUGIN: Final = "diagnosis_harness-conformance-state"
 _FIXTURES_PLUGIN: Final = "diagnosis_harness-conformance-fixtures"
 
 
-def summary(report: ConformanceReport) -> list[str]:
-    """A few lines on ``report``: counts, then up to a dozen scenarios without a passing test."""
-    s = report.summary
-    by = s.scenarios_by_outcome
-    lines = [
-        f"{report.capability}: {by['passed']}/{s.scenarios} scenarios passed "
-        f"({by['failed']} failed, {by['skipped']} skipped, {by['uncovered']} uncovered), "
-        f"{s.model_checked} model-checked; {s.requirements_by_outcome['passed']}/"
-        f"{s.requirements} requirements passed; {s.unknown} unknown spec mark(s)"
-        + ("" if report.valid else f"; the spec is INVALID ({s.errors} error(s))")
-    ]
-    lacking = [r for r in report.scenarios if r.outcome != "passed"]
-    for scenario in lacking[:_SUMMARY_LIMIT]:
-        lines.append(
-            f"  {scenario.outcome:9} {scenario.scenario.requirement} / {scenario.scenario.name}"
-        )
-    if len(lacking) > _SUMMARY_LIMIT:
-        lines.append(f"  ... and {len(lacking) - _SUMMARY_LIMIT} more")
-    for unknown in report.unknown[:_SUMMARY_LIMIT]:
-        named = f"({unknown.requirement!r}, {unknown.scenario!r})"
-        hint = f"; {unknown.hint}" if unknown.hint else ""
-        lines.append(f"  unknown   {unknown.nodeid}: spec{named} {unknown.message}{hint}")
-    return lines
+def failure_message(report: pytest.TestReport) -> str:
+    """What a failed phase of a test says, trimmed: pytest's crash message (the assertion with
+    its explanation) when it has one, else the end of its long report; prefixed with the phase
+    unless it is the call."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = getattr(crash, "message", None)
+    if not isinstance(text, str) or not text.strip():
+        text = report.longreprtext or f"the {report.when} phase failed"
+    lines = text.strip().splitlines()
+    if crash is None and len(lines) > MESSAGE_LINES:
+        lines = lines[-MESSAGE_LINES:]  # a long report ends with the error
+    if len(lines) > MESSAGE_LINES:
+        more = len(lines) - MESSAGE_LINES
+        lines = [*lines[:MESSAGE_LINES], f"... ({more} more line(s))"]
+    message = "\n".join(line.rstrip() for line in lines)
+    if len(message) > _MESSAGE_CHARS:
+        message = message[:_MESSAGE_CHARS].rstrip() + " ..."
+    return message if report.when == "call" else f"error in {report.when}: {message}"
 
 
-def coverage_counts(coverage: TransitionCoverage) -> dict[str, dict[int, int]]:
-    """``{table name: {row index: count}}`` (what :func:`build_report` takes) of ``coverage``."""
-    counts: dict[str, dict[int, int]] = {}
-    for (table, index), count in coverage.counts().items():
-        counts.setdefault(table, {})[index] = count
-    return counts
-
-
-def _shown(path: Path, root: Path) -> str:
-    """``path`` relative to ``root`` when it is inside it, else as it is."""
+def read_checked(value: object) -> tuple[Checked | None, str | None]:
+    """The ``checked`` property as a :class:`Checked`, or what is wrong with it."""
+    if value is None:
+        return None, None
     try:
-        return str(path.resolve().relative_to(root.resolve()))
-    except ValueError:
-        return str(path)
+        if not isinstance(value, dict):
+            raise TypeError(f"a dict, got {type(value).__name__}")
+        return Checked(kind=value["kind"], count=value["count"]), None
+    except (KeyError, TypeError, ValueError) as error:
+        return None, f"record_property('checked', ...) is malformed: {error!s}"
+
+
+def read_counterexample(value: object) -> tuple[Counterexample | None, str | None]:
+    """The ``counterexample`` property as a :class:`Counterexample`, or what is wrong with it."""
+    if value is None:
+        return None, None
+    try:
+        if not isinstance(value, dict):
+            raise TypeError(f"a dict, got {type(value).__name__}")
+        steps = tuple(
+            CounterexampleStep(
+                index=_int(step["index"]),
+                action=str(step["action"]),
+                model=_text(step.get("model")),
+                runtime=_text(step.get("runtime")),
+            )
+            for step in value.get("steps", ())
+        )
+        disagreement = value.get("disagreement")
+        return (
+            Counterexample(
+                kind=str(value["kind"]),
+                message=str(value.get("message", "")),
+                steps=steps,
+                disagreement=None if disagreement is None else _int(disagreement),
+                replay=str(value.get("replay") or ""),
+            ),
+            None,
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        return None, f"record_property('counterexample', ...) is malformed: {error!s}"
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"a step index must be an int, got {value!r}")
+    return value
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _hypothesis(config: pytest.Config) -> tuple[str | None, str | None]:
+    """Hypothesis's (profile, seed) in this run, when it is loaded (the model checks load it)."""
+    hypothesis = sys.modules.get("hypothesis")
+    if hypothesis is None:
+        return None, None
+    settings = hypothesis.settings
+    seed = config.getoption("hypothesis_seed", None)
+    if seed is None and settings.default.derandomize:
+        seed = "derandomized"
+    return settings.get_current_profile_name(), None if seed is None else str(seed)
 
 
 def _report_dirs(base: Path, reports: list[ConformanceReport]) -> list[Path]:

@@ -5,6 +5,11 @@ Self-contained means: one file, the stylesheet inline, the state diagrams inline
 offline. Every piece of text from the spec, the tests or the tables goes through
 :func:`html.escape`. Anchors are the stable IDs, so ``conformance.html#<scenario id>`` links to
 one scenario.
+
+Nothing a reader needs is behind a click: each scenario's WHEN/THEN steps are shown in its row,
+and under a scenario that failed, each failed test's message and counterexample are shown
+open. Test IDs may wrap only after a path separator (``/``, ``::``) or before a parameter
+(``[``): a ``<wbr>`` marks each place, and the ID never breaks inside a word.
 """
 
 from __future__ import annotations
@@ -14,15 +19,21 @@ import re
 from typing import TYPE_CHECKING
 
 from ._diagram import TIMES, render_svg
-from ._report import OUTCOMES
+from ._report import OUTCOMES, TEST_OUTCOMES
+from ._summary import credits_phrase, identity_phrase, tests_phrase, verdict
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ._report import (
         ConformanceReport,
+        Counterexample,
         Outcome,
         RequirementReport,
         ScenarioReport,
         TableCoverage,
+        TestOutcome,
+        TestResult,
     )
 
 __all__ = ["render_html"]
@@ -74,7 +85,15 @@ tr.failed>td:first-child{box-shadow:inset 4px 0 var(--bad)}
 tr.uncovered>td:first-child{box-shadow:inset 4px 0 var(--none)}
 tr.skipped>td:first-child{box-shadow:inset 4px 0 var(--skip)}
 tr.passed>td:first-child{box-shadow:inset 4px 0 var(--ok)}
-details summary{cursor:pointer;font-weight:600}
+.sname{font-weight:600}
+code.nodeid{overflow-wrap:normal;word-break:normal}
+.why{margin:6px 0 2px;padding:8px 10px;background:#fff4f4;border:1px solid #f3c1c1;
+border-radius:6px}
+.why h4{margin:0 0 4px;font-size:.9rem}
+.why pre{margin:4px 0;padding:6px 8px;background:#fff;border:1px solid var(--line);
+border-radius:4px;white-space:pre-wrap;font:12.5px/1.4 ui-monospace,"DejaVu Sans Mono",monospace}
+.why table{font-size:.85rem;margin-top:4px}
+.why tr.disagree td{background:#ffe0e0;font-weight:600}
 .steps{margin:4px 0 2px 1.1em;padding:0;color:var(--muted);font-size:.9em}
 .steps b{color:var(--ink);font-size:.85em}
 .sid{display:block;color:var(--muted);font-size:.75rem;margin-top:2px}
@@ -103,6 +122,7 @@ footer{color:var(--muted);font-size:.85rem;margin-top:40px}
 
 _MODEL_CHECK = ' <span class="tag">model check</span>'
 _NEVER = ' class="never"'
+_NEVER_TAKEN = ' <b style="color:var(--bad)">never</b>'
 _INLINE_CODE = re.compile(r"`([^`]+)`")
 
 
@@ -119,6 +139,60 @@ def _badge(outcome: Outcome, text: str | None = None) -> str:
     return f'<span class="badge {outcome}">{_e(text or outcome)}</span>'
 
 
+def _nodeid(nodeid: str) -> str:
+    """A test ID as ``<code>``, breakable after ``/`` and ``::`` and before ``[`` only."""
+    text = _e(nodeid)
+    for separator, marked in (("/", "/<wbr>"), ("::", "::<wbr>"), ("[", "<wbr>[")):
+        text = text.replace(separator, marked)
+    return f'<code class="nodeid">{text}</code>'
+
+
+def _checked(test: TestResult) -> str:
+    if test.checked is None:
+        return ""
+    return f" <span class='muted'>{test.checked.count:,} {_e(test.checked.kind)}</span>"
+
+
+def _answer(text: str | None) -> str:
+    return "—" if text is None else f"<code>{_e(text)}</code>"
+
+
+def _counterexample(example: Counterexample) -> str:
+    replay = f" · replay: <code>{_e(example.replay)}</code>" if example.replay else ""
+    rows = []
+    for step in example.steps:
+        disagree = ' class="disagree"' if step.index == example.disagreement else ""
+        rows.append(
+            f'<tr{disagree}><td class="num">{step.index}</td>'
+            f"<td><code>{_e(step.action)}</code></td>"
+            f"<td>{_answer(step.model)}</td><td>{_answer(step.runtime)}</td></tr>"
+        )
+    message = f"<pre>{_e(example.message)}</pre>" if example.message else ""
+    return (
+        f"<h4>Counterexample: {_e(example.kind)}, {len(example.steps)} step(s){replay}</h4>"
+        f"{message}"
+        '<table class="counterexample"><thead><tr><th class="num">Step</th><th>Action</th>'
+        f"<th>Model</th><th>Runtime</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _why(report: ScenarioReport) -> str:
+    """Why the scenario failed: each failed test's message and counterexample, shown open."""
+    parts = []
+    for test in report.tests:
+        if test.outcome != "failed":
+            continue
+        body = f"<h4>{_nodeid(test.nodeid)} failed</h4>"
+        if test.message:
+            body += f'<pre class="message">{_e(test.message)}</pre>'
+        if test.counterexample is not None:
+            body += _counterexample(test.counterexample)
+        parts.append(f'<div class="why">{body}</div>')
+    if not parts:
+        return ""
+    return f'<tr class="why-row"><td colspan="5">{"".join(parts)}</td></tr>'
+
+
 def _kind(outcome: Outcome, count: int) -> str:
     if outcome == "uncovered":
         return '<span class="badge none">none</span>'
@@ -133,8 +207,8 @@ def _scenario_row(report: ScenarioReport) -> str:
     examples = sum(not t.model_check for t in report.tests)
     if report.tests:
         items = "".join(
-            f"<li>{_badge(t.outcome)} <code>{_e(t.nodeid)}</code>"
-            f"{_MODEL_CHECK if t.model_check else ''}</li>"
+            f"<li>{_badge(t.outcome)} {_nodeid(t.nodeid)}"
+            f"{_MODEL_CHECK if t.model_check else ''}{_checked(t)}</li>"
             for t in report.tests
         )
         tests = f'<ul class="tests">{items}</ul>'
@@ -142,17 +216,17 @@ def _scenario_row(report: ScenarioReport) -> str:
         tests = '<span class="muted">no test names this scenario</span>'
     return (
         f'<tr class="{report.outcome}" id="{_e(scenario.id)}">'
-        f"<td><details><summary>{_e(scenario.name)}</summary>"
-        f'<ol class="steps">{steps}</ol></details>'
+        f'<td><span class="sname">{_e(scenario.name)}</span>'
+        f'<ol class="steps">{steps}</ol>'
         f'<code class="sid">{_e(scenario.id)}</code></td>'
         f"<td>{_badge(report.outcome)}</td>"
         f"<td>{_kind(report.tested_outcome, examples)}</td>"
         f"<td>{_kind(report.model_checked_outcome, len(report.tests) - examples)}</td>"
-        f"<td>{tests}</td></tr>"
+        f"<td>{tests}</td></tr>{_why(report)}"
     )
 
 
-def _requirement(report: RequirementReport, recorded: bool) -> str:
+def _requirement(report: RequirementReport, recorded: Mapping[str, bool]) -> str:
     r = report.requirement
     text = "".join(f"<p>{_prose(p)}</p>" for p in r.text.split("\n\n") if p)
     passed = sum(s.outcome == "passed" for s in report.scenarios)
@@ -173,8 +247,13 @@ def _requirement(report: RequirementReport, recorded: bool) -> str:
     if report.rows:
         links = ", ".join(
             f'<a href="#machine-{_e(table)}-row-{row.index}">{_e(table)} #{row.index}</a>'
-            + (f" ({row.count}{TIMES})" if recorded and row.count else "")
-            + (' <b style="color:var(--bad)">never</b>' if recorded and not row.count else "")
+            + (f" ({row.count}{TIMES})" if recorded[table] and row.count else "")
+            + (
+                ' <b style="color:var(--bad)">never</b>'
+                if recorded[table] and not row.count
+                else ""
+            )
+            + (" (—)" if not recorded[table] else "")
             for table, row in report.rows
         )
         out.append(f'<p class="rows">Machine rows serving it: {links}</p>')
@@ -191,7 +270,10 @@ def _machine(table: TableCoverage) -> str:
             f"{table.total} transitions in all; never taken: {_e(never)}."
         )
     else:
-        status = "No transition coverage was recorded: no stateful run reported any."
+        status = (
+            "Not recorded: no check of this run took a row of this table, so each count is "
+            "unknown (—), not zero."
+        )
     rows = []
     for row in table.rows:
         guard = "" if row.guard is None else f"{'' if row.expect else '!'}{row.guard}"
@@ -228,24 +310,23 @@ def _machine(table: TableCoverage) -> str:
     )
 
 
+def _card(number: int, what: str, outcome: str = "") -> str:
+    kind = f"card {outcome}".strip()
+    return (
+        f'<div class="{kind}"><span class="n">{number}</span>'
+        f'<span class="k">{_e(what)}</span></div>'
+    )
+
+
+def _split(counts: Mapping[TestOutcome, int]) -> str:
+    return ", ".join(f"{counts[o]} {o}" for o in TEST_OUTCOMES)
+
+
 def render_html(report: ConformanceReport) -> str:
     """The report as one self-contained HTML page."""
     parsed, summary = report.parsed, report.summary
     capability = _e(report.capability)
-    if report.all_passed:
-        verdict = '<p class="verdict ok">Every scenario passed.</p>'
-    else:
-        parts = [
-            f"{summary.scenarios_by_outcome[o]} {o}"
-            for o in ("failed", "uncovered", "skipped")
-            if summary.scenarios_by_outcome[o]
-        ]
-        if summary.unknown:
-            parts.append(f"{summary.unknown} unknown mark(s)")
-        if not parsed.valid:
-            parts.append("the spec is invalid")
-        verdict = f'<p class="verdict bad">Not every scenario passed: {_e(", ".join(parts))}.</p>'
-    stamp = f" · {_e(report.generated_at)}" if report.generated_at else ""
+    status = "ok" if report.all_passed else "bad"
     out = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -258,34 +339,40 @@ def render_html(report: ConformanceReport) -> str:
         "<body>",
         '<header class="page"><div>',
         f"<h1>Conformance report: <code>{capability}</code></h1>",
-        f'<p class="meta">Spec <code>{_e(parsed.source)}</code> ({_e(parsed.form)} form) · '
+        f'<p class="meta">Spec <code>{_e(parsed.source)}</code> · '
         f"{'strict ' if parsed.strict else ''}validation: "
-        f"<b>{'valid' if parsed.valid else 'invalid'}</b> · "
-        f"diagnosis-harness {_e(report.version)}{stamp}</p>",
-        verdict,
+        f"<b>{'valid' if parsed.valid else 'invalid'}</b></p>",
+        f'<p class="meta identity">Made by {_e(identity_phrase(report.identity))}</p>',
+        f'<p class="verdict {status}">{_e(verdict(report))}</p>',
         "</div></header>",
         "<main>",
         '<section id="summary"><h2>Summary</h2><div class="cards">',
-        f'<div class="card"><span class="n">{summary.requirements}</span>'
-        '<span class="k">requirements</span></div>',
-        f'<div class="card"><span class="n">{summary.scenarios}</span>'
-        '<span class="k">scenarios</span></div>',
+        _card(summary.requirements, "requirements"),
+        _card(summary.scenarios, "scenarios"),
     ]
-    for outcome in OUTCOMES:
-        out.append(
-            f'<div class="card {outcome}"><span class="n">'
-            f"{summary.scenarios_by_outcome[outcome]}</span>"
-            f'<span class="k">scenarios {outcome}</span></div>'
-        )
     out += [
-        f'<div class="card"><span class="n">{summary.tested}</span>'
-        '<span class="k">tested (example tests)</span></div>',
-        f'<div class="card"><span class="n">{summary.model_checked}</span>'
-        '<span class="k">model-checked</span></div>',
-        f'<div class="card"><span class="n">{summary.tests}</span><span class="k">test results '
-        f"({summary.tests_by_outcome['failed']} failed, {summary.model_checks} model checks)"
-        "</span></div>",
-        "</div></section>",
+        _card(summary.scenarios_by_outcome[outcome], f"scenarios {outcome}", outcome)
+        for outcome in OUTCOMES
+    ]
+    out += [
+        _card(
+            sum(summary.example_tested.values()),
+            f"scenarios with an example test ({_split(summary.example_tested)})",
+        ),
+        _card(
+            sum(summary.model_checked.values()),
+            f"scenarios with a model check ({_split(summary.model_checked)})",
+        ),
+        _card(summary.tests, f"tests naming a scenario ({_split(summary.tests_by_outcome)})"),
+        _card(
+            summary.credits,
+            f"test {TIMES} scenario credits ({_split(summary.credits_by_outcome)})",
+        ),
+        "</div>",
+        f'<p class="meta">{_e(tests_phrase(summary))}; {_e(credits_phrase(summary))}. A test is '
+        "one test item, counted once; a credit is one (test, scenario) pair, so a test naming "
+        "two scenarios is one test and two credits.</p>",
+        "</section>",
     ]
     if parsed.problems:
         out.append(
@@ -320,7 +407,7 @@ def render_html(report: ConformanceReport) -> str:
         r = requirement.requirement
         out.append(f'<li>{_badge(requirement.outcome)} <a href="#{_e(r.id)}">{_e(r.name)}</a></li>')
     out.append("</ol></nav>")
-    recorded = any(table.recorded for table in report.coverage)
+    recorded = {table.name: table.recorded for table in report.coverage}
     out.append('<section id="requirements">')
     out += [_requirement(requirement, recorded) for requirement in report.requirements]
     out.append("</section>")
@@ -331,7 +418,7 @@ def render_html(report: ConformanceReport) -> str:
         out.append(f"<h3>Coverage problems</h3><ul>{items}</ul>")
     out.append("</section>")
     out += [
-        f"<footer>Generated by diagnosis-harness {_e(report.version)} from "
+        f"<footer>Generated by {_e(identity_phrase(report.identity))} from "
         f"<code>{_e(parsed.source)}</code>. This page is self-contained: no script, no "
         "external resource.</footer>",
         "</main>",

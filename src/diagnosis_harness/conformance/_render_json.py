@@ -3,9 +3,14 @@
 ``items`` / ``summary.totals`` / ``summary.byType`` and each issue's ``level``, ``path``,
 ``message`` and ``line`` (left out when unknown) are OpenSpec's; a program that reads the
 validator's output reads this one. Added: per item the requirements with their scenarios, tests
-and outcomes; in ``summary`` the scenario, requirement and test counts and ``all_passed``;
-``unknown`` (marks naming no scenario); ``coverage`` per machine table. ``version`` is
-diagnosis-harness's (OpenSpec puts its report-format version there).
+and outcomes, each failed test's ``message`` and a model check's ``checked`` and
+``counterexample``; in ``summary`` the scenario, requirement, test and credit counts and
+``all_passed``; ``identity``; ``unknown`` (marks naming no scenario); ``coverage`` per machine
+table, where a row's ``count`` is ``null`` when the table's coverage was not recorded and ``0``
+when it was and the row was never taken. ``version`` is diagnosis-harness's (OpenSpec puts its
+report-format version there).
+
+The document's JSON Schema is ``docs/reference/conformance-report.schema.json``.
 """
 
 from __future__ import annotations
@@ -14,7 +19,14 @@ import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._report import ConformanceReport, ScenarioReport, TableCoverage
+    from ._report import (
+        Checked,
+        ConformanceReport,
+        Counterexample,
+        ScenarioReport,
+        TableCoverage,
+        TestResult,
+    )
     from ._spec import SpecProblem
 
 __all__ = ["render_json", "report_dict"]
@@ -29,6 +41,37 @@ def _issue(problem: SpecProblem) -> dict[str, Any]:
     return issue
 
 
+def _checked(checked: Checked | None) -> dict[str, Any] | None:
+    return None if checked is None else {"kind": checked.kind, "count": checked.count}
+
+
+def _counterexample(example: Counterexample | None) -> dict[str, Any] | None:
+    if example is None:
+        return None
+    return {
+        "kind": example.kind,
+        "message": example.message,
+        "steps": [
+            {"index": s.index, "action": s.action, "model": s.model, "runtime": s.runtime}
+            for s in example.steps
+        ],
+        "disagreement": example.disagreement,
+        "replay": example.replay,
+    }
+
+
+def _test(test: TestResult) -> dict[str, Any]:
+    return {
+        "nodeid": test.nodeid,
+        "outcome": test.outcome,
+        "model_check": test.model_check,
+        "duration": test.duration,
+        "message": test.message,
+        "checked": _checked(test.checked),
+        "counterexample": _counterexample(test.counterexample),
+    }
+
+
 def _scenario(report: ScenarioReport) -> dict[str, Any]:
     scenario = report.scenario
     return {
@@ -41,15 +84,7 @@ def _scenario(report: ScenarioReport) -> dict[str, Any]:
         "tested_outcome": report.tested_outcome,
         "model_checked_outcome": report.model_checked_outcome,
         "steps": [{"keyword": s.keyword, "text": s.text, "line": s.line} for s in scenario.steps],
-        "tests": [
-            {
-                "nodeid": t.nodeid,
-                "outcome": t.outcome,
-                "model_check": t.model_check,
-                "duration": t.duration,
-            }
-            for t in report.tests
-        ],
+        "tests": [_test(t) for t in report.tests],
     }
 
 
@@ -82,7 +117,7 @@ def _coverage(table: TableCoverage) -> dict[str, Any]:
 
 def report_dict(report: ConformanceReport) -> dict[str, Any]:
     """The JSON document as plain Python data (what :func:`render_json` serialises)."""
-    parsed, summary = report.parsed, report.summary
+    parsed, summary, identity = report.parsed, report.summary, report.identity
     valid = parsed.valid
     item = {
         "id": report.capability,
@@ -90,7 +125,6 @@ def report_dict(report: ConformanceReport) -> dict[str, Any]:
         "valid": valid,
         "issues": [_issue(p) for p in parsed.problems],
         "source": parsed.source,
-        "form": parsed.form,
         "strict": parsed.strict,
         "requirements": [
             {
@@ -118,19 +152,35 @@ def report_dict(report: ConformanceReport) -> dict[str, Any]:
             "scenarios": {
                 "total": summary.scenarios,
                 **summary.scenarios_by_outcome,
-                "tested": summary.tested,
-                "model_checked": summary.model_checked,
+                "example_tested": {
+                    "total": sum(summary.example_tested.values()),
+                    **summary.example_tested,
+                },
+                "model_checked": {
+                    "total": sum(summary.model_checked.values()),
+                    **summary.model_checked,
+                },
             },
             "tests": {
                 "total": summary.tests,
                 **summary.tests_by_outcome,
-                "model_checks": summary.model_checks,
+                "model_checks": summary.model_check_tests,
             },
+            "credits": {"total": summary.credits, **summary.credits_by_outcome},
             "unknown": summary.unknown,
             "all_passed": report.all_passed,
         },
-        "version": report.version,
-        "generated_at": report.generated_at,
+        "version": identity.version,
+        "generated_at": identity.generated_at,
+        "identity": {
+            "version": identity.version,
+            "commit": identity.commit,
+            "dirty": identity.dirty,
+            "generated_at": identity.generated_at,
+            "python": identity.python,
+            "hypothesis_profile": identity.hypothesis_profile,
+            "hypothesis_seed": identity.hypothesis_seed,
+        },
         "unknown": [
             {
                 "nodeid": u.nodeid,

@@ -1,9 +1,11 @@
-"""The report as GitHub-flavoured Markdown: a summary, one table per requirement, one coverage
+"""The report as GitHub-flavoured Markdown: the verdict and counts, then each requirement with
+its scenarios (their WHEN/THEN steps, their tests and, for a failed test, why), then one coverage
 table per machine.
 
 Every cell is escaped for a table (``|`` and line breaks) and, outside code spans, for HTML
 (``<``, ``>``, ``&``), so a name or test ID cannot break the layout or add markup; the only HTML
-written is ``<br>`` between the tests of a cell. Test IDs and paths are code spans, verbatim.
+written is ``<br>``. Test IDs and paths are code spans, verbatim; failure messages are fenced
+code blocks, verbatim.
 """
 
 from __future__ import annotations
@@ -11,10 +13,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._diagram import TIMES
-from ._report import OUTCOMES
+from ._report import OUTCOMES, TEST_OUTCOMES
+from ._summary import credits_phrase, identity_phrase, tests_phrase, verdict
 
 if TYPE_CHECKING:
-    from ._report import ConformanceReport, Outcome, ScenarioReport, TableCoverage
+    from collections.abc import Mapping
+
+    from ._report import (
+        ConformanceReport,
+        Counterexample,
+        Outcome,
+        ScenarioReport,
+        TableCoverage,
+        TestOutcome,
+        TestResult,
+    )
 
 __all__ = ["render_markdown"]
 
@@ -32,6 +45,18 @@ def _code(text: str) -> str:
     return f"{fence}{pad}{body}{pad}{fence}"
 
 
+def _block(text: str, indent: str = "") -> list[str]:
+    """A fenced code block holding ``text`` verbatim (the fence outgrows any backticks in it)."""
+    fence = "```"
+    while fence in text:
+        fence += "`"
+    return [
+        f"{indent}{fence}text",
+        *(f"{indent}{line}" for line in text.splitlines()),
+        indent + fence,
+    ]
+
+
 def _taken(count: int) -> str:
     return f" ({count}{TIMES})" if count else " (**never**)"
 
@@ -40,27 +65,65 @@ def _outcome(outcome: Outcome) -> str:
     return f"**{outcome}**" if outcome in {"failed", "uncovered"} else outcome
 
 
-def _kind(outcome: Outcome, count: int) -> str:
-    if outcome == "uncovered":
-        return "—"
-    return f"{_outcome(outcome)} ({count})"
+def _counts(counts: Mapping[TestOutcome, int]) -> str:
+    return " | ".join(str(counts[o]) for o in TEST_OUTCOMES) + " | —"
 
 
-def _scenario_row(report: ScenarioReport) -> str:
-    examples = sum(not t.model_check for t in report.tests)
-    checks = len(report.tests) - examples
-    tests = (
-        "<br>".join(
-            f"{_code(t.nodeid)} {t.outcome}{', model check' if t.model_check else ''}"
-            for t in report.tests
+def _counterexample(example: Counterexample) -> list[str]:
+    replay = f"; replay with {_code(example.replay)}" if example.replay else ""
+    out = [
+        "",
+        f"  Counterexample ({_cell(example.kind)}, {len(example.steps)} step(s)){replay}:",
+        "",
+    ]
+    if example.message:
+        out += [*_block(example.message, "  "), ""]
+    out += ["  | Step | Action | Model | Runtime |", "  |---:|---|---|---|"]
+    for step in example.steps:
+        mark = " ⚠ **disagree**" if step.index == example.disagreement else ""
+        out.append(
+            f"  | {step.index}{mark} | {_code(step.action)} | "
+            f"{_code(step.model) if step.model is not None else '—'} | "
+            f"{_code(step.runtime) if step.runtime is not None else '—'} |"
         )
-        or "—"
+    return out
+
+
+def _test(test: TestResult) -> list[str]:
+    kind = ", model check" if test.model_check else ""
+    checked = (
+        f", {test.checked.count:,} {test.checked.kind} checked" if test.checked is not None else ""
     )
-    return (
-        f"| {_cell(report.scenario.name)} | {_outcome(report.outcome)} | "
-        f"{_kind(report.tested_outcome, examples)} | "
-        f"{_kind(report.model_checked_outcome, checks)} | {tests} |"
-    )
+    out = [f"- {_code(test.nodeid)}: {_outcome(test.outcome)}{kind}{checked}"]
+    if test.message:
+        out += ["", *_block(test.message, "  ")]
+    if test.counterexample is not None:
+        out += _counterexample(test.counterexample)
+    if len(out) > 1:
+        out.append("")
+    return out
+
+
+def _scenario(report: ScenarioReport) -> list[str]:
+    scenario = report.scenario
+    out = [
+        f"#### Scenario: {_cell(scenario.name)} — {_outcome(report.outcome)}",
+        "",
+        f"{_code(scenario.id)}, line {scenario.line}. Example tests: "
+        f"{_kind(report.tested_outcome)}; model checks: {_kind(report.model_checked_outcome)}.",
+        "",
+    ]
+    out += [f"- **{step.keyword}** {_cell(step.text)}" for step in scenario.steps]
+    out += ["", "Tests:" if report.tests else "No test names this scenario.", ""]
+    for test in report.tests:
+        out += _test(test)
+    if out[-1] != "":
+        out.append("")
+    return out
+
+
+def _kind(outcome: Outcome) -> str:
+    return "none" if outcome == "uncovered" else _outcome(outcome)
 
 
 def _coverage(table: TableCoverage) -> list[str]:
@@ -72,7 +135,10 @@ def _coverage(table: TableCoverage) -> list[str]:
             f"{table.total} transitions in all; never taken: {never}."
         )
     else:
-        lines.append("No transition coverage was recorded (no stateful run reported any).")
+        lines.append(
+            "Not recorded: no check of this run took a row of this table, so each count is "
+            "unknown (—), not zero."
+        )
     lines += [
         "",
         "| # | Source | Event | Guard | Target | Requirement | Count |",
@@ -93,40 +159,35 @@ def render_markdown(report: ConformanceReport) -> str:
     """The report as one Markdown document."""
     parsed, summary = report.parsed, report.summary
     out: list[str] = [f"# Conformance report: {_code(report.capability)}", ""]
-    verdict = "valid" if parsed.valid else "**invalid**"
-    stamp = f", {_cell(report.generated_at)}" if report.generated_at else ""
-    out.append(
-        f"Spec {_code(parsed.source)} ({parsed.form} form), "
-        f"{'strict ' if parsed.strict else ''}validation: {verdict}. "
-        f"diagnosis-harness {_cell(report.version)}{stamp}."
-    )
-    out.append("")
-    verdict_line = (
-        "**All scenarios passed.**"
-        if report.all_passed
-        else "**Not all scenarios passed**"
-        + (f"; {summary.unknown} mark(s) name no scenario." if summary.unknown else ".")
-    )
-    out.append(verdict_line)
+    validity = "valid" if parsed.valid else "**invalid**"
     out += [
+        f"Spec {_code(parsed.source)}, {'strict ' if parsed.strict else ''}validation: {validity}.",
         "",
-        "| | Total | Passed | Failed | Skipped | Uncovered | Tested | Model-checked |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-        "| Requirements | {} | {} | — | — |".format(
+        f"Made by {_cell(identity_phrase(report.identity))}.",
+        "",
+        f"**{_cell(verdict(report))}**",
+        "",
+        "| Count of | Total | Passed | Failed | Skipped | Uncovered |",
+        "|---|---:|---:|---:|---:|---:|",
+        "| Requirements | {} | {} |".format(
             summary.requirements,
             " | ".join(str(summary.requirements_by_outcome[o]) for o in OUTCOMES),
         ),
-        "| Scenarios | {} | {} | {} | {} |".format(
+        "| Scenarios | {} | {} |".format(
             summary.scenarios,
             " | ".join(str(summary.scenarios_by_outcome[o]) for o in OUTCOMES),
-            summary.tested,
-            summary.model_checked,
         ),
+        f"| Scenarios with an example test | {sum(summary.example_tested.values())} | "
+        f"{_counts(summary.example_tested)} |",
+        f"| Scenarios with a model check | {sum(summary.model_checked.values())} | "
+        f"{_counts(summary.model_checked)} |",
+        f"| Tests naming a scenario | {summary.tests} | {_counts(summary.tests_by_outcome)} |",
+        f"| Test {TIMES} scenario credits | {summary.credits} | "
+        f"{_counts(summary.credits_by_outcome)} |",
         "",
-        f"{summary.tests} test results matched a scenario: "
-        f"{summary.tests_by_outcome['passed']} passed, {summary.tests_by_outcome['failed']} "
-        f"failed, {summary.tests_by_outcome['skipped']} skipped; "
-        f"{summary.model_checks} of them from model checks.",
+        f"{_cell(tests_phrase(summary))}; {_cell(credits_phrase(summary))}. A test is one "
+        "test item, counted once; a credit is one (test, scenario) pair, so a test naming two "
+        "scenarios is one test and two credits.",
         "",
     ]
     if parsed.problems:
@@ -160,19 +221,17 @@ def render_markdown(report: ConformanceReport) -> str:
             "",
             f"{_code(r.id)}, line {r.line}: {_outcome(requirement.outcome)}.",
             "",
-            "| Scenario | Outcome | Tested | Model-checked | Tests |",
-            "|---|---|---|---|---|",
         ]
-        out += [_scenario_row(s) for s in requirement.scenarios]
-        if not requirement.scenarios:
-            out.append("| — | **uncovered** | — | — | — |")
         if requirement.rows:
             served = ", ".join(
-                f"{_cell(table)} #{row.index}{_taken(row.count) if recorded[table] else ''}"
+                f"{_cell(table)} #{row.index}{_taken(row.count) if recorded[table] else ' (—)'}"
                 for table, row in requirement.rows
             )
-            out += ["", f"Machine rows serving it: {served}."]
-        out.append("")
+            out += [f"Machine rows serving it: {served}.", ""]
+        if not requirement.scenarios:
+            out += ["This requirement has no scenario: **uncovered**.", ""]
+        for scenario in requirement.scenarios:
+            out += _scenario(scenario)
     out += ["## Transition coverage", ""]
     for table in report.coverage:
         out += _coverage(table)

@@ -11,11 +11,17 @@ they never reached stand out. The renderers (JSON, Markdown, HTML) read only thi
 
 Outcome of a set of tests: ``failed`` if any failed; else ``passed`` if any passed; else
 ``skipped`` if there are only skipped ones; ``uncovered`` if there is none.
+
+Two counts are kept apart everywhere (see :class:`ReportSummary`): **tests** are the test items
+that ran (one per pytest node ID), and **credits** are (test, scenario) pairs: a test naming two
+scenarios is one test and two credits. A failed test is charged to the scenarios it names and to
+no other.
 """
 
 from __future__ import annotations
 
 import math
+import platform
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import (
@@ -39,9 +45,14 @@ if TYPE_CHECKING:
     from .._machine import MachineTable
 
 __all__ = [
+    "CHECKED_KINDS",
     "OUTCOMES",
+    "Checked",
     "ConformanceReport",
+    "Counterexample",
+    "CounterexampleStep",
     "CoverageData",
+    "Identity",
     "Outcome",
     "ReportSummary",
     "RequirementReport",
@@ -62,7 +73,73 @@ __all__ = [
 TestOutcome = Literal["passed", "failed", "skipped"]
 Outcome = Literal["passed", "failed", "skipped", "uncovered"]
 OUTCOMES: tuple[Outcome, ...] = ("passed", "failed", "skipped", "uncovered")
-_TEST_OUTCOMES = frozenset(("passed", "failed", "skipped"))
+TEST_OUTCOMES: tuple[TestOutcome, ...] = ("passed", "failed", "skipped")
+_TEST_OUTCOMES = frozenset(TEST_OUTCOMES)
+CheckedKind = Literal["sequences", "schedules", "examples", "properties"]
+CHECKED_KINDS: tuple[CheckedKind, ...] = ("sequences", "schedules", "examples", "properties")
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Checked:
+    """What a model check went through: ``count`` event sequences, thread schedules, Hypothesis
+    examples or Spin properties (``kind``). A test hands it over with
+    ``record_property("checked", {"kind": ..., "count": ...})``."""
+
+    kind: CheckedKind
+    count: int
+
+    def __post_init__(self) -> None:
+        if self.kind not in CHECKED_KINDS:
+            raise ValueError(f"Checked.kind must be one of {CHECKED_KINDS}, got {self.kind!r}")
+        if self.count.__class__ is not int or self.count < 0:
+            raise ValueError(f"Checked.count must be an int >= 0, got {self.count!r}")
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CounterexampleStep:
+    """One step of a counterexample: what was done, and what the model and the runtime said
+    (``None`` where that side was not asked)."""
+
+    index: int
+    action: str
+    model: str | None = None
+    runtime: str | None = None
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Counterexample:
+    """The minimal failing case of a model check, as steps a reader can replay.
+
+    ``kind`` names its origin (a Hypothesis event sequence, a thread schedule, a Spin trail, an
+    explored sequence); ``disagreement`` is the ``index`` of the step where the model's and the
+    runtime's answers differ (``None`` when an invariant broke instead); ``replay`` is how to run
+    it again. A test hands it over with ``record_property("counterexample", {...})``.
+    """
+
+    kind: str
+    message: str
+    steps: tuple[CounterexampleStep, ...]
+    disagreement: int | None = None
+    replay: str = ""
+
+    def __post_init__(self) -> None:
+        indices = {step.index for step in self.steps}
+        if self.disagreement is not None and self.disagreement not in indices:
+            raise ValueError(
+                f"Counterexample.disagreement names step {self.disagreement}, which is not among "
+                f"the steps {sorted(indices)}"
+            )
+
+    @property
+    def disagreeing_step(self) -> CounterexampleStep | None:
+        """The step where the model and the runtime disagree, if one does."""
+        for step in self.steps:
+            if step.index == self.disagreement:
+                return step
+        return None
 
 
 @final
@@ -82,6 +159,9 @@ class TestResult:
     outcome: TestOutcome
     model_check: bool = False
     duration: float = 0.0  # seconds
+    message: str | None = None  # why it failed (its assertion message, trimmed)
+    checked: Checked | None = None  # what a model check went through
+    counterexample: Counterexample | None = None  # a failed model check's minimal case
 
     def __post_init__(self) -> None:
         if self.outcome not in _TEST_OUTCOMES:
@@ -164,7 +244,8 @@ class RowCoverage:
 class TableCoverage:
     """A machine table as plain strings, with per-row counts.
 
-    ``recorded`` is false when no coverage was given at all: counts are then unknown, not zero.
+    ``recorded`` is false when no coverage of this table was given: counts are then unknown
+    ("—"), not zero ("never").
     """
 
     name: str
@@ -206,21 +287,53 @@ class RequirementReport:
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReportSummary:
-    """Counts for the summary of every rendering."""
+    """The counts every rendering shows, each named for what it counts.
+
+    - ``scenarios_by_outcome``: each scenario once, by the outcome over all its tests.
+    - ``example_tested`` / ``model_checked``: the scenarios that have an example test / a model
+      check, by the outcome over those tests alone (a scenario can be in both).
+    - ``tests_by_outcome``: test items (pytest node IDs) that name a scenario of the spec, each
+      counted once however many scenarios it names; ``model_check_tests`` of them are model
+      checks.
+    - ``credits_by_outcome``: (test, scenario) pairs; a test naming two scenarios gives two.
+    """
 
     requirements: int
     requirements_by_outcome: Mapping[Outcome, int]
     scenarios: int
     scenarios_by_outcome: Mapping[Outcome, int]
-    tested: int  # scenarios shown by an example test
-    model_checked: int  # scenarios shown by a model check
-    tests: int  # results matched to a scenario
+    example_tested: Mapping[TestOutcome, int]
+    model_checked: Mapping[TestOutcome, int]
+    tests: int
     tests_by_outcome: Mapping[TestOutcome, int]
-    model_checks: int  # of those, results of model checks
+    model_check_tests: int
+    credits: int
+    credits_by_outcome: Mapping[TestOutcome, int]
     unknown: int
     errors: int
     warnings: int
     info: int
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Identity:
+    """Which code made the report, when and how: enough to reproduce it.
+
+    ``commit`` / ``dirty`` are the git commit of the project and whether its working tree had
+    changes, ``None`` when it is not a git checkout (an installed wheel) or git is missing.
+    ``generated_at`` is UTC, ISO 8601 (``None`` keeps output stable, for tests).
+    ``hypothesis_seed`` is the seed given, ``"derandomized"`` under a derandomized profile, or
+    ``None`` (random).
+    """
+
+    version: str
+    python: str
+    commit: str | None = None
+    dirty: bool | None = None
+    generated_at: str | None = None
+    hypothesis_profile: str | None = None
+    hypothesis_seed: str | None = None
 
 
 @final
@@ -234,8 +347,7 @@ class ConformanceReport:
     coverage: tuple[TableCoverage, ...]
     coverage_problems: tuple[str, ...]  # coverage naming unknown tables or rows, ...
     summary: ReportSummary
-    version: str  # of diagnosis-harness
-    generated_at: str | None = None  # as the caller wants it shown; None keeps output stable
+    identity: Identity
     # scenario ID -> its report; built once.
     by_id: dict[str, ScenarioReport] = field(init=False, repr=False, compare=False)
 
@@ -246,6 +358,15 @@ class ConformanceReport:
     @property
     def capability(self) -> str:
         return self.parsed.spec.capability
+
+    @property
+    def version(self) -> str:
+        """diagnosis-harness's version (``identity.version``)."""
+        return self.identity.version
+
+    @property
+    def generated_at(self) -> str | None:
+        return self.identity.generated_at
 
     @property
     def problems(self) -> tuple[SpecProblem, ...]:
@@ -301,7 +422,8 @@ def table_coverage(
 ) -> TableCoverage:
     """``table`` as plain strings with ``counts`` (row index -> times taken) laid over it.
 
-    ``counts=None`` means nothing was recorded; a row missing from ``counts`` was taken 0 times.
+    ``counts=None`` means nothing was recorded for the table (each count unknown, shown "—");
+    a row missing from ``counts`` was taken 0 times ("never").
     """
     rows = tuple(
         RowCoverage(
@@ -397,18 +519,19 @@ def build_report(
     coverage: CoverageData | None = None,
     tables: Sequence[MachineTable[Any, Any]] | None = None,
     unknown_markers: Iterable[UnknownMarker] = (),
-    version: str | None = None,
-    generated_at: str | None = None,
+    identity: Identity | None = None,
 ) -> ConformanceReport:
     """Match ``results`` to the scenarios of ``spec`` and lay ``coverage`` over ``tables``.
 
     ``results`` naming no scenario go to ``unknown`` with a "did you mean" hint, after the
     ``unknown_markers`` the caller found itself (malformed marks, say). ``coverage`` is the
     transition coverage in any shape :func:`coverage_counts` reads (a ``TransitionCoverage``,
-    its ``counts()`` or ``as_dict()``, or ``{table name: {row index: count}}``); ``None`` when no
-    stateful run recorded any. ``tables`` defaults to those of :func:`default_tables` whose
-    rows serve a requirement of ``spec`` or that ``coverage`` names (none, for a spec of your
-    own and no coverage). ``version`` defaults to diagnosis-harness's own.
+    its ``counts()`` or ``as_dict()``, or ``{table name: {row index: count}}``); a table it names
+    is *recorded* (a row missing from it was taken 0 times: "never"), a table it does not name is
+    not (its counts are unknown: "—"). ``None``: no stateful run recorded any. ``tables`` defaults
+    to those of :func:`default_tables` whose rows serve a requirement of ``spec`` or that
+    ``coverage`` names (none, for a spec of your own and no coverage). ``identity`` defaults to
+    diagnosis-harness's version and this Python, with no commit and no time.
     """
     parsed = spec
     index = parsed.spec.index
@@ -449,7 +572,7 @@ def build_report(
         tables = tuple(tables)
     coverage_problems = _coverage_problems(parsed, counts, tables)
     machine_coverage = tuple(
-        table_coverage(t, None if counts is None else counts.get(t.name, {})) for t in tables
+        table_coverage(t, None if counts is None else counts.get(t.name)) for t in tables
     )
     rows_by_requirement: dict[str, list[tuple[str, RowCoverage]]] = {}
     for machine in machine_coverage:
@@ -459,33 +582,36 @@ def build_report(
     requirement_reports: list[RequirementReport] = []
     by_outcome: dict[Outcome, int] = dict.fromkeys(OUTCOMES, 0)
     requirements_by_outcome: dict[Outcome, int] = dict.fromkeys(OUTCOMES, 0)
-    tests_by_outcome: dict[TestOutcome, int] = {"passed": 0, "failed": 0, "skipped": 0}
-    tested = model_checked = model_checks = matched = 0
+    credits_by_outcome: dict[TestOutcome, int] = dict.fromkeys(TEST_OUTCOMES, 0)
+    example_tested: dict[TestOutcome, int] = dict.fromkeys(TEST_OUTCOMES, 0)
+    model_checked: dict[TestOutcome, int] = dict.fromkeys(TEST_OUTCOMES, 0)
+    tests: dict[str, TestResult] = {}  # node ID -> one of its results (all share the outcome)
     for requirement in parsed.spec.requirements:
         scenario_reports: list[ScenarioReport] = []
         worst: Outcome = "passed"
         for scenario in requirement.scenarios:
-            tests = buckets[requirement.name, scenario.name]
+            results_of = buckets[requirement.name, scenario.name]
             if index[requirement.name, scenario.name] is not scenario:
-                tests = []  # a duplicate name: its tests went to the first one
+                results_of = []  # a duplicate name: its tests went to the first one
             examples: set[TestOutcome] = set()
             checks: set[TestOutcome] = set()
-            for test in tests:
+            for test in results_of:
                 (checks if test.model_check else examples).add(test.outcome)
-                tests_by_outcome[test.outcome] += 1
-                model_checks += test.model_check
-            matched += len(tests)
+                credits_by_outcome[test.outcome] += 1
+                tests.setdefault(test.nodeid, test)
             report = ScenarioReport(
                 scenario=scenario,
-                tests=tuple(tests),
+                tests=tuple(results_of),
                 outcome=fold_outcomes(examples | checks),
                 tested_outcome=fold_outcomes(examples),
                 model_checked_outcome=fold_outcomes(checks),
             )
             scenario_reports.append(report)
             by_outcome[report.outcome] += 1
-            tested += report.tested
-            model_checked += report.model_checked
+            if report.tested_outcome != "uncovered":
+                example_tested[report.tested_outcome] += 1
+            if report.model_checked_outcome != "uncovered":
+                model_checked[report.model_checked_outcome] += 1
             if _SEVERITY[report.outcome] > _SEVERITY[worst]:
                 worst = report.outcome
         if not scenario_reports:
@@ -500,17 +626,22 @@ def build_report(
             )
         )
 
+    tests_by_outcome: dict[TestOutcome, int] = dict.fromkeys(TEST_OUTCOMES, 0)
+    for test in tests.values():
+        tests_by_outcome[test.outcome] += 1
     levels = [p.level for p in parsed.problems]
     summary = ReportSummary(
         requirements=len(requirement_reports),
         requirements_by_outcome=requirements_by_outcome,
         scenarios=sum(by_outcome.values()),
         scenarios_by_outcome=by_outcome,
-        tested=tested,
+        example_tested=example_tested,
         model_checked=model_checked,
-        tests=matched,
+        tests=len(tests),
         tests_by_outcome=tests_by_outcome,
-        model_checks=model_checks,
+        model_check_tests=sum(test.model_check for test in tests.values()),
+        credits=sum(credits_by_outcome.values()),
+        credits_by_outcome=credits_by_outcome,
         unknown=len(unknown),
         errors=levels.count("ERROR"),
         warnings=levels.count("WARNING"),
@@ -523,8 +654,11 @@ def build_report(
         coverage=machine_coverage,
         coverage_problems=coverage_problems,
         summary=summary,
-        version=__version__ if version is None else version,
-        generated_at=generated_at,
+        identity=(
+            Identity(version=__version__, python=platform.python_version())
+            if identity is None
+            else identity
+        ),
     )
 
 

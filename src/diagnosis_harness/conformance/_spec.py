@@ -1,9 +1,9 @@
-"""Read a spec in OpenSpec's markdown form or in the seed's plain-text form into one model.
+"""Read a spec in OpenSpec's Markdown form (``specs/<capability>/spec.md``) into one model.
 
-Theory of operation. Both readers walk the text line by line and fill the same draft
-(:class:`_Draft`: purpose, requirements with their body lines, scenarios with their steps, each
-with its 1-based line number) and note the *structure* problems only their form can have (a stray
-heading, a requirement outside ``Requirements``). One shared pass then checks the draft the way
+Theory of operation. The reader walks the text line by line and fills a draft (:class:`_Draft`:
+purpose, requirements with their body lines, scenarios with their steps, each with its 1-based
+line number) and notes the *structure* problems (a stray heading, a requirement outside
+``Requirements``). A second pass then checks the draft the way
 OpenSpec's validator checks a spec (checked against ``openspec validate --strict --json`` 1.13.2,
 whose messages are kept verbatim where it has one) plus the structure checks of
 ``tools/openspec-validate.sh``, and freezes it into a :class:`Spec`.
@@ -11,7 +11,11 @@ whose messages are kept verbatim where it has one) plus the structure checks of
 Names are kept verbatim (trimmed): a test's ``@pytest.mark.spec(requirement, scenario)`` must
 name them exactly. IDs are ``<capability>/<requirement-slug>/<scenario-slug>``; a slug is the
 lowercased name with every run of non-alphanumerics turned into one ``-``, so an ID changes only
-when a name does, and the two forms of one spec give the same IDs.
+when a name does.
+
+Only OpenSpec's form is read: it is what the project ships and what ``openspec validate`` checks.
+A text in another form (the plain-text seed, a README) parses to a spec whose problems say which
+sections are missing.
 """
 
 from __future__ import annotations
@@ -33,7 +37,6 @@ __all__ = [
     "Requirement",
     "Scenario",
     "Spec",
-    "SpecForm",
     "SpecProblem",
     "Step",
     "StepKeyword",
@@ -41,14 +44,11 @@ __all__ = [
     "load_spec",
     "nearest_match",
     "nearest_scenario",
-    "parse_markdown",
-    "parse_plain",
     "parse_spec",
     "slugify",
 ]
 
 Level = Literal["ERROR", "WARNING", "INFO"]
-SpecForm = Literal["markdown", "plain"]
 StepKeyword = Literal["GIVEN", "WHEN", "THEN", "AND"]
 _KEYWORDS: dict[str, StepKeyword] = {"GIVEN": "GIVEN", "WHEN": "WHEN", "THEN": "THEN", "AND": "AND"}
 
@@ -71,7 +71,6 @@ _HEADING = re.compile(r"^(#{1,6})\s+(.+)$")
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 # As tools/openspec-validate.sh checks them: a dash, the bold keyword, a space, the text.
 _MD_STEP = re.compile(r"^- \*\*(GIVEN|WHEN|THEN|AND)\*\* (\S.*)$")
-_PLAIN_STEP = re.compile(r"^\s*[•·\-*]\s*(GIVEN|WHEN|THEN|AND)\b:?\s+(\S.*)$")
 _DELTA_HEADER = re.compile(r"^##\s+(ADDED|MODIFIED|REMOVED|RENAMED)\s+Requirements\s*$", re.I)
 _TITLE_SUFFIX = re.compile(r"\s+Specification\s*$", re.I)
 _SLUG_JUNK = re.compile(r"[\W_]+")
@@ -184,7 +183,6 @@ class ParsedSpec:
     spec: Spec
     problems: tuple[SpecProblem, ...]
     source: str
-    form: SpecForm
     strict: bool = True
 
     @property
@@ -225,7 +223,6 @@ class _DraftRequirement:
 
 @dataclass(slots=True)
 class _Draft:
-    form: SpecForm
     source: str
     title: str | None = None  # the capability the title names, if any
     path_capability: str | None = None  # the capability a path names, if any
@@ -248,42 +245,20 @@ class _Draft:
 
 
 def parse_spec(text: str, *, source: str = "<spec>", strict: bool = True) -> ParsedSpec:
-    """Parse ``text`` in whichever form it is written: OpenSpec markdown or the plain seed form.
+    """Parse ``text`` in OpenSpec's form: ``## Purpose``, ``## Requirements``,
+    ``### Requirement:``, ``#### Scenario:`` and ``- **WHEN** ...`` steps.
 
     ``source`` is where the text came from (a path); ``specs/<capability>/spec.md`` names the
     capability when the text does not. ``strict`` is OpenSpec's ``--strict``: warnings fail.
     """
-    if _looks_like_markdown(text):
-        return parse_markdown(text, source=source, strict=strict)
-    return parse_plain(text, source=source, strict=strict)
+    draft = _Draft(source=source, path_capability=_capability_from_path(source))
+    _read_markdown(_lines(text), draft)
+    return _finish(draft, strict=strict)
 
 
 def load_spec(path: str | os.PathLike[str], *, strict: bool = True) -> ParsedSpec:
     """Read the file at ``path`` (UTF-8) and :func:`parse_spec` it with ``source=path``."""
     return parse_spec(Path(path).read_text(encoding="utf-8"), source=str(path), strict=strict)
-
-
-def parse_markdown(text: str, *, source: str = "<spec>", strict: bool = True) -> ParsedSpec:
-    """Parse OpenSpec's form: ``## Purpose``, ``## Requirements``, ``### Requirement:``,
-    ``#### Scenario:`` and ``- **WHEN** ...`` steps."""
-    draft = _Draft(form="markdown", source=source, path_capability=_capability_from_path(source))
-    _read_markdown(_lines(text), draft)
-    return _finish(draft, strict=strict)
-
-
-def parse_plain(text: str, *, source: str = "<spec>", strict: bool = True) -> ParsedSpec:
-    """Parse the seed's plain-text form: an optional path line, a title line, ``Purpose``,
-    ``Requirements``, ``Requirement: ...`` and ``Scenario: ...`` lines, ``• WHEN ...`` steps."""
-    draft = _Draft(form="plain", source=source, path_capability=_capability_from_path(source))
-    _read_plain(_lines(text), draft)
-    draft.problem(
-        "INFO",
-        "plain-form",
-        "Plain-text form: OpenSpec's validator reads only the markdown form "
-        '("## Purpose", "### Requirement:", "#### Scenario:", "- **WHEN**") and rejects this one',
-        None,
-    )
-    return _finish(draft, strict=strict)
 
 
 def find_scenario(spec: Spec, requirement: str, scenario: str) -> Scenario | None:
@@ -349,19 +324,6 @@ def nearest_scenario(spec: Spec, requirement: str, scenario: str) -> str | None:
 
 def _lines(text: str) -> list[str]:
     return text.replace("\r\n", "\n").replace("\r", "\n").removeprefix("\ufeff").split("\n")
-
-
-_MARKDOWN_SIGN = re.compile(r"^\s{0,3}#{1,6}\s+(?:Purpose|Requirements?\b|Scenario:)", re.I | re.M)
-_PLAIN_SIGN = re.compile(r"^\s*(?:Requirement:|Scenario:|Requirements\s*$|Purpose\s*$)", re.M)
-
-
-def _looks_like_markdown(text: str) -> bool:
-    """Markdown when a Purpose/Requirements/Requirement/Scenario heading is there; plain when a
-    bare ``Requirement:`` / ``Scenario:`` / ``Requirements`` / ``Purpose`` line is; else
-    markdown (whose reader then says which sections are missing)."""
-    if _MARKDOWN_SIGN.search(text):
-        return True
-    return _PLAIN_SIGN.search(text) is None
 
 
 def _capability_from_path(source: str) -> str | None:
@@ -517,86 +479,6 @@ def _read_markdown(lines: list[str], draft: _Draft) -> None:
             )
 
 
-_PLAIN_PATH = re.compile(r"^\S+\.md$")
-
-
-def _read_plain(lines: list[str], draft: _Draft) -> None:
-    section: str | None = None
-    requirement: _DraftRequirement | None = None
-    scenario: _DraftScenario | None = None
-    seen_text = False
-    for number, line in enumerate(lines, 1):
-        stripped = line.strip()
-        if not stripped:
-            if requirement is not None and scenario is None:
-                requirement.body.append("")
-            elif section == "purpose" and draft.purpose is not None:
-                draft.purpose.append("")
-            continue
-        if not seen_text:
-            seen_text = True
-            if _PLAIN_PATH.match(stripped):
-                draft.path_capability = _capability_from_path(stripped) or draft.path_capability
-                continue
-        if section is None and draft.title is None and _TITLE_SUFFIX.search(stripped):
-            draft.title = _TITLE_SUFFIX.sub("", stripped).strip() or None
-            continue
-        lowered = stripped.lower()
-        if lowered == "purpose" and draft.purpose is None:
-            section, requirement, scenario = "purpose", None, None
-            draft.purpose, draft.purpose_line = [], number
-            continue
-        if lowered == "requirements" and not draft.has_requirements_section:
-            section, requirement, scenario = "requirements", None, None
-            draft.has_requirements_section, draft.requirements_line = True, number
-            continue
-        if stripped.startswith("Requirement:"):
-            if section != "requirements":
-                draft.problem(
-                    "ERROR",
-                    "requirement-outside-requirements",
-                    f'Requirement line "{stripped}" appears outside the Requirements section '
-                    "and is not read.",
-                    number,
-                )
-                continue
-            scenario = None
-            requirement = _DraftRequirement(
-                name=stripped.removeprefix("Requirement:").strip(), line=number, header=stripped
-            )
-            draft.requirements.append(requirement)
-            continue
-        if stripped.startswith("Scenario:") and requirement is not None:
-            scenario = _DraftScenario(
-                name=stripped.removeprefix("Scenario:").strip(), line=number, header=stripped
-            )
-            requirement.scenarios.append(scenario)
-            continue
-        if scenario is not None:
-            scenario.has_content = True
-            step = _PLAIN_STEP.match(line)
-            if step:
-                scenario.steps.append(
-                    Step(keyword=_KEYWORDS[step.group(1)], text=step.group(2).strip(), line=number)
-                )
-            elif scenario.steps and line[:1].isspace():  # a long step wrapped onto this line
-                last = scenario.steps[-1]
-                scenario.steps[-1] = Step(
-                    keyword=last.keyword, text=f"{last.text} {stripped}", line=last.line
-                )
-            else:
-                draft.problem(
-                    "ERROR",
-                    "stray-line",
-                    f"Scenario line is not a '• WHEN|THEN|AND|GIVEN ...' step: {stripped!r}",
-                    number,
-                )
-        elif requirement is not None:
-            requirement.body.append(line)
-        elif section == "purpose" and draft.purpose is not None:
-            draft.purpose.append(line)
-
-
 # --- checking and freezing -----------------------------------------------------------------------
 
 
@@ -701,9 +583,7 @@ def _finish(draft: _Draft, *, strict: bool) -> ParsedSpec:
         )
     spec = Spec(capability=capability, purpose=purpose, requirements=tuple(requirements))
     problems = sorted(draft.problems, key=lambda p: (p.line is not None, p.line or 0))
-    return ParsedSpec(
-        spec=spec, problems=tuple(problems), source=draft.source, form=draft.form, strict=strict
-    )
+    return ParsedSpec(spec=spec, problems=tuple(problems), source=draft.source, strict=strict)
 
 
 def _capability(draft: _Draft) -> str:
@@ -825,11 +705,10 @@ def _freeze_scenarios(
         keywords = {step.keyword for step in draft_scenario.steps}
         for needed in ("WHEN", "THEN"):
             if needed not in keywords:
-                bullet = f"- **{needed}**" if draft.form == "markdown" else f"• {needed}"
                 draft.problem(
                     "ERROR",
                     "missing-step",
-                    f'Scenario "{name}" has no {bullet} step',
+                    f'Scenario "{name}" has no - **{needed}** step',
                     number,
                     path,
                 )
