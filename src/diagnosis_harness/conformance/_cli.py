@@ -16,12 +16,13 @@ or finished (a usage, spec or environment error, pytest interrupted or failing i
 
 Nothing is written outside ``--out``: the suite runs with ``-c suite.ini`` and ``--rootdir`` at
 the package's parent, so no configuration file of the current directory (or of a project the
-wheel is installed into) applies; the pytest cache is off; Hypothesis keeps its directory
-(``.hypothesis/``: example database, constants cache) in a temporary directory removed after
-the run, unless ``HYPOTHESIS_STORAGE_DIRECTORY`` is set; ``HYPOTHESIS_PROFILE`` is ``ci`` unless
-set. Spec marks that name no scenario of the spec (``--spec`` pointing at another spec, say) are
-listed in the report (``--spec-unknown=report``) rather than stopping the run, so the report
-shows what is uncovered.
+wheel is installed into) applies; the pytest cache is off; the suite's ``tmp_path`` directories
+(``--basetemp``) and Hypothesis's directory (``.hypothesis/``: example database, constants
+cache; unless ``HYPOTHESIS_STORAGE_DIRECTORY`` is set) are in one temporary directory, removed
+after the run; ``HYPOTHESIS_PROFILE`` is ``ci`` unless set. Spec marks that name no scenario of
+the spec (``--spec`` pointing at another spec, say) are listed in the report
+(``--spec-unknown=report``) rather than stopping the run, so the report shows what is
+uncovered.
 
 ``add_arguments`` / ``run`` are what ``diagnosis_harness.__main__`` wires as the ``report``
 subcommand; :func:`main` is the same as a program of its own (``python -m
@@ -218,11 +219,13 @@ def check_out(given: str) -> Path:
 
 
 @contextlib.contextmanager
-def _run_environment() -> Iterator[None]:
-    """``HYPOTHESIS_PROFILE=ci`` and Hypothesis's directory in a temporary one, unless set.
+def _run_environment() -> Iterator[Path]:
+    """A scratch directory, removed on exit, for pytest's ``tmp_path`` directories (passed as
+    ``--basetemp``) and Hypothesis's files; ``HYPOTHESIS_PROFILE=ci`` unless set.
 
-    Hypothesis reads ``HYPOTHESIS_STORAGE_DIRECTORY`` the first time it stores anything in the
-    process; the command's own process (``diagnosis-harness report``) has not by then.
+    Hypothesis reads ``HYPOTHESIS_STORAGE_DIRECTORY`` (unless set) the first time it stores
+    anything in the process; the command's own process (``diagnosis-harness report``) has not
+    by then.
     """
     with tempfile.TemporaryDirectory(prefix="diagnosis-harness-report-") as scratch:
         defaults = {
@@ -233,7 +236,7 @@ def _run_environment() -> Iterator[None]:
         for name in unset:
             os.environ[name] = defaults[name]
         try:
-            yield
+            yield Path(scratch)
         finally:
             for name in unset:
                 os.environ.pop(name, None)
@@ -251,8 +254,12 @@ def _plugin_arg() -> str:
     return _PLUGIN_MODULE
 
 
-def pytest_args(spec: Path, out: Path, *, verbose: bool = False) -> list[str]:
-    """The pytest command line ``run`` uses (for ``pytest.main``)."""
+def pytest_args(
+    spec: Path, out: Path, *, verbose: bool = False, basetemp: Path | None = None
+) -> list[str]:
+    """The pytest command line ``run`` uses (for ``pytest.main``); ``basetemp`` is where the
+    suite's ``tmp_path`` directories go (default: pytest's, in the system's temporary
+    directory, kept for three runs)."""
     suite = suite_dir()
     return [
         str(suite),
@@ -271,6 +278,7 @@ def pytest_args(spec: Path, out: Path, *, verbose: bool = False) -> list[str]:
         "--spec-report",
         str(out),
         "--spec-unknown=report",
+        *([] if basetemp is None else ["--basetemp", str(basetemp)]),
     ]
 
 
@@ -315,10 +323,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"{_PROG}: {problem}", file=sys.stderr)
         return 2
     capture = _Capture()
-    with _run_environment():
-        status = int(
-            pytest.main(pytest_args(spec, target, verbose=args.verbose), plugins=[capture])
-        )
+    with _run_environment() as scratch:
+        command = pytest_args(spec, target, verbose=args.verbose, basetemp=scratch / "pytest")
+        status = int(pytest.main(command, plugins=[capture]))
     sys.stdout.flush()
     state = capture.state
     reports = [] if state is None else state.reports
