@@ -214,6 +214,19 @@ def test_check_spec_raises_a_usage_problem_not_an_os_error(tmp_path: Path) -> No
         check_spec(str(unreadable))
 
 
+def test_a_run_pytest_cannot_make_is_status_2_not_pytests_own(scratch: Path) -> None:
+    """An unknown ``HYPOTHESIS_PROFILE`` stops pytest loading the suite (its status 4, a usage
+    error): the command says so and exits 2, the status of an environment error."""
+    done = _command(scratch, "report", env={"HYPOTHESIS_PROFILE": "nosuch"})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Profile 'nosuch' is not registered" in done.stdout + done.stderr
+    assert done.stderr.rstrip().endswith(
+        "diagnosis-harness report: no conformance report: pytest exited with status 4"
+    )
+    assert _listing(scratch) == ["README.md", "reports"]  # made by the check of --out
+    assert _listing(scratch / "reports") == []
+
+
 # -- the parsers -----------------------------------------------------------------------------------
 
 
