@@ -61,6 +61,18 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        try:
+            return _dispatch(argv)
+        finally:  # also after --help or --version, which exit through SystemExit
+            sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+    except BrokenPipeError:
+        _silence_stdout()
+        return CLOSED_PIPE_STATUS
+
+
+def _dispatch(argv: list[str] | None) -> int:
+    """Parse ``argv`` (default: the process's) and run the command it names; its status."""
     parser = _Parser(
         prog="diagnosis-harness",
         description="Explicit RunContext for LLM diagnosis runs, with generated state machines.",
@@ -80,12 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.error(f"a command is required: {', '.join(_COMMANDS)}")
     module = importlib.import_module(_COMMANDS[args.command][0])
-    try:
-        result: int = module.run(args)
-        sys.stdout.flush()  # a closed pipe shows here at the latest, not at the interpreter's exit
-    except BrokenPipeError:
-        _silence_stdout()
-        return CLOSED_PIPE_STATUS
+    result: int = module.run(args)
     return result
 
 

@@ -320,6 +320,15 @@ def test_the_demo_into_a_closed_pipe_ends_quietly(scratch: Path) -> None:
     _quiet(_into_a_closed_pipe(scratch, "demo"))
 
 
+@pytest.mark.parametrize("args", [["report", "--help"], ["--version"]])
+def test_help_and_version_into_a_closed_pipe_end_quietly(scratch: Path, args: list[str]) -> None:
+    done = _into_a_closed_pipe(scratch, *args)
+    assert done.stderr == ""
+    # argparse itself ignores an OSError writing help or the version (then exits 0); were it
+    # to raise, the command would end with the closed-pipe status.
+    assert done.returncode in (0, CLOSED_PIPE_STATUS)
+
+
 def test_model_check_into_a_closed_pipe_ends_quietly(scratch: Path) -> None:
     args = ["model-check", "--depth", "1", "--max-examples", "1", "--steps", "1"]
     _quiet(_into_a_closed_pipe(scratch, *args))
