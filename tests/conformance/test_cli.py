@@ -127,7 +127,7 @@ def test_an_out_whose_report_file_is_a_directory_is_refused(scratch: Path) -> No
 @pytest.mark.skipif(
     sys.platform == "win32" or os.geteuid() == 0, reason="root writes to a read-only directory"
 )
-def test_a_read_only_out_is_refused(scratch: Path) -> None:  # pragma: no cover - not as root
+def test_a_read_only_out_is_refused(scratch: Path) -> None:
     locked = scratch / "locked"
     locked.mkdir(mode=0o555)
     try:
