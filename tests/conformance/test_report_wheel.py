@@ -74,3 +74,5 @@ def test_the_report_from_an_installed_wheel_outside_the_checkout(
         )
         assert wired.returncode == 0, wired.stdout + wired.stderr
         assert read_json(elsewhere / "again")["summary"]["all_passed"] is True
+    # Nothing but the --out directories: no .hypothesis/, .pytest_cache/ or __pycache__/.
+    assert {p.name for p in elsewhere.iterdir()} <= {"reports", "again"}
