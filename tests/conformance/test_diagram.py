@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import re
+import shutil
+import subprocess
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -30,6 +33,7 @@ from diagnosis_harness.conformance._report import (
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from pathlib import Path
 
 Point = tuple[float, float]
 Rect = tuple[float, float, float, float]  # left, top, right, bottom
@@ -420,3 +424,80 @@ def tables(draw: st.DrawFn) -> TableCoverage:
 @given(tables())
 def test_any_table_has_no_collisions(table: TableCoverage) -> None:
     assert_clean(render_svg(table), len(table.rows))
+
+
+def _enclosing(a: Rect, b: Rect) -> Rect:
+    return (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3]))
+
+
+# --- the estimate of a label's size, measured in a real browser ---------------------------
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+MEASURE = """<script>
+for (const element of document.querySelectorAll("g.edge text, g.edge path")) {
+  const box = element.getBBox();
+  element.setAttribute("data-bbox", [box.x, box.y, box.width, box.height].join(" "));
+}
+</script>"""
+
+
+@pytest.mark.version_independent
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="no chromium on PATH: measuring the labels in a browser needs Debian's chromium "
+    "package (apt-get install chromium)",
+)
+def test_the_browser_draws_every_label_and_edge_inside_the_checked_geometry(
+    tmp_path: Path,
+) -> None:
+    """What the checks above assume of the font (a label's rectangle) and of the paths (their
+    flattening) holds for the boxes Chromium itself computes."""
+    assert CHROMIUM is not None
+    svgs = [render_svg(table_coverage(table, REALISTIC[table.name])) for table in default_tables()]
+    svgs.append(render_svg(_table(CROWDED)))
+    page = tmp_path / "diagrams.html"
+    page.write_text(
+        f"<!doctype html><meta charset=utf-8><body>{''.join(svgs)}{MEASURE}</body>",
+        encoding="utf-8",
+    )
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    done = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-dev-shm-usage",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    drawn = re.findall(r"<svg\b.*?</svg>", done.stdout, re.S)
+    assert len(drawn) == len(svgs)
+    measured = 0
+    for ours, theirs in zip(svgs, drawn, strict=True):
+        drawing = parse(ours)
+        boxes = re.findall(r'<(text|path)\b[^>]*data-bbox="([^"]+)"', theirs)
+        texts = [_numbers(b) for kind, b in boxes if kind == "text"]
+        paths = [_numbers(b) for kind, b in boxes if kind == "path"]
+        assert len(texts) == len(paths) == len(drawing.labels)
+        for label, (x, y, w, h) in zip(drawing.labels, texts, strict=True):
+            glyphs = (x, y, x + w, y + h)
+            assert _grow(label.rect, 0.5) == _enclosing(_grow(label.rect, 0.5), glyphs), label
+        for edge, (x, y, w, h) in zip(drawing.edges, paths, strict=True):
+            xs = [p[0] for segment in edge.segments for p in segment]
+            ys = [p[1] for segment in edge.segments for p in segment]
+            ours_box = (min(xs), min(ys), max(xs), max(ys))
+            assert ours_box == pytest.approx((x, y, x + w, y + h), abs=0.5), edge.row
+        measured += len(texts)
+    assert measured > 40
