@@ -309,6 +309,29 @@ def test_the_machines_have_no_collisions(name: str, recorded: bool) -> None:
         assert "· never</text>" in svg
 
 
+def _title(element: ET.Element) -> str:
+    title = element.find("title")
+    assert title is not None, element.attrib
+    return "".join(title.itertext())
+
+
+def test_every_state_and_edge_has_a_title_for_a_screen_reader_or_a_pointer() -> None:
+    (retry,) = (t for t in default_tables() if t.name == "retry")
+    svg = ET.fromstring(render_svg(table_coverage(retry, {**REALISTIC["retry"], 2: 0})))
+    assert _title(svg).endswith(": 6 states, 7 transitions, 5 of 7 rows taken")
+    titles = {
+        g.get("data-state") or g.get("data-row"): _title(g)
+        for g in svg.iter("g")
+        if g.get("data-state") or g.get("data-row")
+    }
+    assert len(titles) == len(list(retry.states)) + len(retry.rows)
+    assert titles["READY"] == "READY: initial state"
+    assert titles["ATTEMPTING"] == "ATTEMPTING"
+    assert titles["FAILED"] == "FAILED: terminal state"
+    assert titles["STOPPED"] == "STOPPED: terminal state, never reached"
+    assert titles["7"].startswith("#7 AWAITING_RETRY → STOPPED on stop: taken 0 times (")
+
+
 def _table(
     rows: Sequence[tuple[str, str, str, str | None, int]],
     *,

@@ -595,6 +595,12 @@ def render_svg(table: TableCoverage, *, standalone: bool = False) -> str:
         )
         escaped = html.escape(state)
         out.append(f'<g class="{" ".join(kinds)}" data-state="{escaped}">')
+        roles = [
+            *(["initial state"] if state == table.initial else []),
+            *(["terminal state"] if state in table.terminal else []),
+            *(["never reached"] if unreached else []),
+        ]
+        out.append(f"<title>{escaped}{': ' if roles else ''}{', '.join(roles)}</title>")
         out.append(
             f'<rect x="{_fmt(box.x)}" y="{_fmt(box.y)}" width="{_fmt(box.w)}" '
             f'height="{_fmt(box.h)}" rx="10" fill="{fill}" stroke="{ink}" '
