@@ -317,14 +317,15 @@ def _title(element: ET.Element) -> str:
 
 def test_every_state_and_edge_has_a_title_for_a_screen_reader_or_a_pointer() -> None:
     (retry,) = (t for t in default_tables() if t.name == "retry")
-    svg = ET.fromstring(render_svg(table_coverage(retry, {**REALISTIC["retry"], 2: 0})))
+    coverage = table_coverage(retry, {**REALISTIC["retry"], 2: 0})
+    svg = ET.fromstring(render_svg(coverage))
     assert _title(svg).endswith(": 6 states, 7 transitions, 5 of 7 rows taken")
     titles = {
         g.get("data-state") or g.get("data-row"): _title(g)
         for g in svg.iter("g")
         if g.get("data-state") or g.get("data-row")
     }
-    assert len(titles) == len(list(retry.states)) + len(retry.rows)
+    assert len(titles) == len(coverage.states) + len(coverage.rows)
     assert titles["READY"] == "READY: initial state"
     assert titles["ATTEMPTING"] == "ATTEMPTING"
     assert titles["FAILED"] == "FAILED: terminal state"
