@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, final
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Sequence
 
     from ._report import RowCoverage, TableCoverage
 
@@ -520,10 +520,6 @@ def _layout(table: TableCoverage) -> _Layout:
     return _Layout(boxes, sorted(edges, key=lambda e: e.row.index), view)
 
 
-def _lines(items: Iterable[str]) -> str:
-    return "".join(items)
-
-
 def render_svg(table: TableCoverage, *, standalone: bool = False) -> str:
     """The state diagram of ``table`` as one ``<svg>`` element.
 
@@ -558,7 +554,7 @@ def render_svg(table: TableCoverage, *, standalone: bool = False) -> str:
     )
     out.append("<defs>")
     out.append(
-        _lines(
+        "".join(
             f'<marker id="{ident}-arrow-{kind}" viewBox="0 0 10 10" refX="9" refY="5" '
             'markerWidth="8" markerHeight="8" markerUnits="userSpaceOnUse" '
             f'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="{colour}"/></marker>'
