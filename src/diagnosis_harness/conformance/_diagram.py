@@ -1,19 +1,32 @@
 """SVG state diagrams of the machine tables, with transition coverage drawn on the edges.
 
-Theory of operation. A simple layered layout, computed, never hand-drawn: each state's column is
-its breadth-first depth from the initial state (states the table cannot reach go last), states
-keep the order in which the rows first name them, and every column is centred vertically.
-Boxes are sized from their names in a monospace font, so no text measuring is needed. Edges are
-cubic Béziers with an arrowhead: between neighbouring columns straight across (parallel edges of
-one pair of states fanned apart, both directions together), a state's own loops stacked above
-its box, edges within a column bulging to the right and longer ones arched over the top. Each
-label (``event [guard]``, with a count or ``never`` when coverage was recorded) sits at its
-curve's midpoint, or, where that would cover a box or a label already placed, at the first point
-nearer either end that covers nothing. The canvas is the bounding box of everything drawn.
+Theory of operation. A layered layout, computed in pure Python (no Graphviz, so the report needs
+no system package), built so that no label can touch an edge, another label or a state box:
 
-The initial state has a filled dot and arrow, terminal states a double border. With coverage,
-rows never taken are red and dashed and states never reached are greyed. Every piece of text is
-escaped. The SVG needs no stylesheet, script or font file: presentation attributes only.
+* **Columns.** A state's column is its breadth-first depth from the initial state (states the
+  table cannot reach go last). Rows between two states of one depth would have nowhere to run, so
+  each depth is split into as many columns as the longest chain of such rows needs. An edge
+  spanning several columns passes through the ones between on a slot of its own (a *dummy*),
+  stacked with the states; within a column, slots are ordered by the mean position of their
+  neighbours to keep crossings few.
+* **Gaps and lanes.** Between two columns lies a gap with three zones: a curve zone on each side
+  and a straight zone in the middle. Every edge crossing the gap owns a *lane*: a horizontal line
+  through the straight zone, reached by monotone S-curves in the curve zones. An edge's label sits
+  just above its lane in the straight zone, which is made wider than its widest label; the lane
+  above a labelled lane is at least a label's height higher. So in the straight zone there are
+  only horizontal lines and labels above them, never a curve, and nothing crosses a label.
+* **Ports.** Edges leave and enter boxes on their left and right sides only, ordered like their
+  lanes; a short horizontal stub runs from the box to the edge of its column, inside the box's
+  height, where nothing else is drawn.
+* **Self-loops** stand on the box's top, side by side, the leftmost tallest; each label starts
+  right of its loop's top, where every loop to the right is lower than the label's bottom. The
+  column is made wide enough for these labels, so they stay out of the gaps.
+
+Each label is ``event [guard]``, followed by ``TIMES`` and the count, or by ``· never``, when
+coverage was recorded. The initial state has a filled dot and arrow, terminal states a double
+border. With coverage, rows never taken are red and dashed and states never reached are greyed.
+Every piece of text is escaped and every edge has a ``<title>``. The SVG needs no stylesheet,
+script or font file: presentation attributes only. The canvas is the bounding box of all drawn.
 """
 
 from __future__ import annotations
@@ -21,10 +34,12 @@ from __future__ import annotations
 import html
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, final
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ._report import RowCoverage, TableCoverage
 
 __all__ = ["render_svg"]
@@ -32,13 +47,26 @@ __all__ = ["render_svg"]
 _STATE_FONT = 13.0
 _LABEL_FONT = 11.0
 _CHAR = 0.61  # advance of a monospace glyph, in em (DejaVu Sans Mono: 0.602)
-_BOX_H = 40.0
-_V_GAP = 48.0
-_MIN_COL_GAP = 120.0
-_LOOP_STEP = 26.0
-_FAN = 30.0  # control-point spread between parallel edges
-_MARGIN = 24.0
 _MONO = "ui-monospace, 'DejaVu Sans Mono', Menlo, Consolas, monospace"
+
+_BOX_H = 40.0  # least height of a state box
+_BOX_W = 96.0  # least width
+_PORT_GAP = 8.0  # between two edges on one side of a box
+_V_GAP = 40.0  # between two slots of a column
+_COLUMN_PAD = 6.0  # between the widest thing in a column and the gap
+_LANE_LABELLED = 24.0  # from a labelled lane up to the next lane: the label lies between
+_LANE_PLAIN = 10.0  # from a lane without a label up to the next one
+_LABEL_LIFT = 7.0  # from a lane up to its label's baseline
+_LABEL_PAD = 10.0  # between a label and the ends of its straight zone
+_MIN_STRAIGHT = 24.0
+_MIN_CURVE, _MAX_CURVE = 24.0, 110.0  # width of a curve zone
+_LOOP_W = 14.0
+_LOOP_GAP = 8.0
+_LOOP_INSET = 12.0  # from the box's left edge to the first loop
+_LOOP_BASE = 20.0  # height of the lowest loop
+_LOOP_STEP = 18.0  # each loop further left is this much taller
+_LOOP_R = 5.0  # corner radius of a loop
+_MARGIN = 16.0
 
 TIMES = "\u00d7"  # the multiplication sign before a count
 
@@ -48,8 +76,9 @@ _COLOURS = {
     "unrecorded": "#455a64",
 }
 
-
-_Path = tuple[tuple[float, float], ...]  # P0, P1, P2, P3 of one cubic Bézier
+_Point = tuple[float, float]
+_Rect = tuple[float, float, float, float]  # left, top, right, bottom
+_Slot = str | tuple[int, int]  # a state, or a dummy: (row index, column)
 
 
 @final
@@ -75,14 +104,71 @@ class _Box:
 
 @final
 @dataclass(slots=True)
+class _Path:
+    """A path from ``start``: each part is ``(end,)`` a line, ``(c, end)`` a quadratic and
+    ``(c1, c2, end)`` a cubic Bézier, as in SVG's L, Q and C commands."""
+
+    start: _Point
+    parts: list[tuple[_Point, ...]] = field(default_factory=list)
+
+    @property
+    def end(self) -> _Point:
+        return self.parts[-1][-1] if self.parts else self.start
+
+    def line(self, to: _Point) -> None:
+        if to != self.end:
+            self.parts.append((to,))
+
+    def s_curve(self, to: _Point) -> None:
+        """Horizontal at both ends; x grows (or shrinks) monotonically between them."""
+        (x0, y0), (x1, y1) = self.end, to
+        if y0 == y1:
+            self.line(to)
+        else:
+            mid = (x0 + x1) / 2
+            self.parts.append(((mid, y0), (mid, y1), to))
+
+    def d(self) -> str:
+        out = [f"M{_pt(self.start)}"]
+        out += ["LQC"[len(part) - 1] + " ".join(_pt(p) for p in part) for part in self.parts]
+        return " ".join(out)
+
+    def points(self) -> list[_Point]:
+        """Every end and control point: their bounding box holds the curve."""
+        return [self.start, *(p for part in self.parts for p in part)]
+
+
+@final
+@dataclass(slots=True)
 class _Edge:
     row: RowCoverage
     path: _Path
-    anchor: str  # text-anchor of the label
-    dx: float  # the label's offset from its point on the curve
-    dy: float
-    fixed: bool = False  # a loop's label stays at the top of the loop
-    label_at: tuple[float, float] = (0.0, 0.0)
+    label_at: _Point
+    anchor: str  # text-anchor of the label: "middle" or "start"
+
+
+@final
+@dataclass(slots=True)
+class _Crossing:
+    """One edge's passage through the gap right of column ``gap``."""
+
+    row: RowCoverage
+    gap: int
+    rightward: bool
+    left: _Slot  # its end in column ``gap``
+    right: _Slot  # its end in column ``gap + 1``
+    labelled: bool
+    lane: float = 0.0
+    y_left: float = 0.0  # where it meets its left end
+    y_right: float = 0.0
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    boxes: dict[str, _Box]
+    edges: list[_Edge]
+    view: _Rect
 
 
 def _text_width(text: str, size: float) -> float:
@@ -94,11 +180,29 @@ def _fmt(value: float) -> str:
     return "0" if text in {"", "-0"} else text
 
 
+def _pt(p: _Point) -> str:
+    return f"{_fmt(p[0])},{_fmt(p[1])}"
+
+
+def _label(row: RowCoverage, recorded: bool) -> str:
+    if not recorded:
+        return row.label
+    return f"{row.label} {TIMES}{row.count}" if row.count else f"{row.label} · never"
+
+
+def _label_rect(text: str, at: _Point, anchor: str) -> _Rect:
+    """The box a label's glyphs may cover: a font size above its baseline, 3 units below."""
+    width = _text_width(text, _LABEL_FONT)
+    left = at[0] - width / 2 if anchor == "middle" else at[0]
+    return (left - 2, at[1] - _LABEL_FONT, left + width + 2, at[1] + 3)
+
+
 def _columns(table: TableCoverage) -> list[list[str]]:
-    """States by breadth-first depth from the initial state; unreachable ones last."""
+    """States by breadth-first depth from the initial state, unreachable ones last; a depth with
+    rows among its own states is split so that every row joins two different columns."""
     successors: dict[str, list[str]] = {state: [] for state in table.states}
     for row in table.rows:
-        if row.target not in successors[row.source]:
+        if row.target != row.source and row.target not in successors[row.source]:
             successors[row.source].append(row.target)
     depth = {table.initial: 0}
     queue = deque([table.initial])
@@ -109,69 +213,311 @@ def _columns(table: TableCoverage) -> list[list[str]]:
                 depth[target] = depth[state] + 1
                 queue.append(target)
     last = max(depth.values()) + 1
-    columns: list[list[str]] = [[] for _ in range(last + 1)]
-    for state in depth:  # insertion order: breadth-first, rows in table order
-        columns[depth[state]].append(state)
-    columns[last].extend(state for state in table.states if state not in depth)
-    return [column for column in columns if column]
+    for state in table.states:
+        depth.setdefault(state, last)
+    order = list(depth)  # breadth-first, then the unreachable in the enum's order
+    columns: list[list[str]] = []
+    for level in sorted(set(depth.values())):
+        members = [state for state in order if depth[state] == level]
+        offset = _sublayers(members, successors)
+        base = len(columns)
+        columns.extend([] for _ in range(max(offset.values()) + 1))
+        for state in members:
+            columns[base + offset[state]].append(state)
+    return columns
 
 
-def _label(row: RowCoverage, recorded: bool) -> str:
-    if not recorded:
-        return row.label
-    return f"{row.label} {TIMES}{row.count}" if row.count else f"{row.label} · never"
+def _sublayers(members: list[str], successors: dict[str, list[str]]) -> dict[str, int]:
+    """Longest-path layers of the rows among ``members``, back edges of a depth-first search
+    left out: every row between two members then joins two different layers."""
+    inside = set(members)
+    finished: list[str] = []
+    on_stack: set[str] = set()
+    seen: set[str] = set()
+    back: set[tuple[str, str]] = set()
+
+    def visit(state: str) -> None:
+        seen.add(state)
+        on_stack.add(state)
+        for target in successors[state]:
+            if target not in inside:
+                continue
+            if target in on_stack:
+                back.add((state, target))
+            elif target not in seen:
+                visit(target)
+        on_stack.discard(state)
+        finished.append(state)
+
+    for state in members:
+        if state not in seen:
+            visit(state)
+    offset = dict.fromkeys(members, 0)
+    for state in reversed(finished):  # a topological order of the rows without back edges
+        for target in successors[state]:
+            if target in inside and (state, target) not in back:
+                offset[target] = max(offset[target], offset[state] + 1)
+    return offset
 
 
-def _bezier(p: _Path, t: float) -> tuple[float, float]:
-    u = 1 - t
-    a, b, c, d = u * u * u, 3 * u * u * t, 3 * u * t * t, t * t * t
-    return (
-        a * p[0][0] + b * p[1][0] + c * p[2][0] + d * p[3][0],
-        a * p[0][1] + b * p[1][1] + c * p[2][1] + d * p[3][1],
+def _crossings(
+    table: TableCoverage, column_of: dict[str, int]
+) -> tuple[list[_Crossing], dict[int, list[_Crossing]]]:
+    """Every gap crossing of every row that is not a self-loop, and each row's crossings from
+    its source to its target; the first one carries the label."""
+    everything: list[_Crossing] = []
+    chains: dict[int, list[_Crossing]] = {}
+    for row in table.rows:
+        if row.source == row.target:
+            continue
+        cs, ct = column_of[row.source], column_of[row.target]
+        step = 1 if ct > cs else -1
+        slots: list[_Slot] = [row.source]
+        slots += [(row.index, c) for c in range(cs + step, ct, step)]
+        slots.append(row.target)
+        chain = []
+        for k in range(len(slots) - 1):
+            near, far = slots[k], slots[k + 1]
+            gap = min(cs + k * step, cs + (k + 1) * step)
+            left, right = (near, far) if step == 1 else (far, near)
+            chain.append(_Crossing(row, gap, step == 1, left, right, labelled=k == 0))
+        chains[row.index] = chain
+        everything.extend(chain)
+    return everything, chains
+
+
+def _order(columns: list[list[_Slot]], crossings: list[_Crossing]) -> None:
+    """Sort each column's slots by the mean position of their neighbours, two sweeps each way."""
+
+    def sort(c: int, look_left: bool) -> None:
+        position = {slot: i for column in columns for i, slot in enumerate(column)}
+        total: dict[_Slot, float] = {}
+        count: dict[_Slot, int] = {}
+        for x in crossings:
+            if look_left and x.gap == c - 1:
+                me, other = x.right, x.left
+            elif not look_left and x.gap == c:
+                me, other = x.left, x.right
+            else:
+                continue
+            total[me] = total.get(me, 0.0) + position[other]
+            count[me] = count.get(me, 0) + 1
+        columns[c].sort(
+            key=lambda s: (total[s] / count[s] if s in count else position[s], position[s])
+        )
+
+    for _ in range(2):
+        for c in range(1, len(columns)):
+            sort(c, look_left=True)
+        for c in range(len(columns) - 2, -1, -1):
+            sort(c, look_left=False)
+
+
+def _pack(desired: Sequence[float], gaps: Sequence[float]) -> list[float]:
+    """Positions as near ``desired`` (ascending) as keeps position i at least ``gaps[i]`` below
+    position i - 1: pushed apart top-down, then shifted together by the mean displacement."""
+    placed: list[float] = []
+    for want, gap in zip(desired, gaps, strict=True):
+        placed.append(want if not placed else max(want, placed[-1] + gap))
+    if not placed:
+        return placed
+    shift = sum(p - w for p, w in zip(placed, desired, strict=True)) / len(placed)
+    return [p - shift for p in placed]
+
+
+def _layout(table: TableCoverage) -> _Layout:
+    recorded = table.recorded
+    states = _columns(table)
+    column_of = {state: c for c, column in enumerate(states) for state in column}
+    crossings, chains = _crossings(table, column_of)
+    columns: list[list[_Slot]] = [list(column) for column in states]
+    for x in crossings:  # dummies, where an edge passes through a column
+        for slot in (x.left, x.right):
+            if isinstance(slot, tuple) and slot not in columns[slot[1]]:
+                columns[slot[1]].append(slot)
+    _order(columns, crossings)
+
+    loops: dict[str, list[RowCoverage]] = {}
+    for row in table.rows:
+        if row.source == row.target:
+            loops.setdefault(row.source, []).append(row)
+
+    # Sizes: boxes fit their name, their loops' feet and their ports.
+    ports: dict[tuple[str, str], list[_Crossing]] = {}
+    for x in crossings:
+        if isinstance(x.left, str):
+            ports.setdefault((x.left, "right"), []).append(x)
+        if isinstance(x.right, str):
+            ports.setdefault((x.right, "left"), []).append(x)
+    size: dict[str, tuple[float, float]] = {}
+    above: dict[str, float] = {}  # room over a box for its loops and their labels
+    for state in table.states:
+        n = len(loops.get(state, ()))
+        width = max(
+            _BOX_W,
+            _text_width(state, _STATE_FONT) + 28,
+            _LOOP_INSET * 2 + n * (_LOOP_W + _LOOP_GAP),
+        )
+        sides = max(len(ports.get((state, side), ())) for side in ("left", "right"))
+        size[state] = (width, max(_BOX_H, _PORT_GAP * (sides + 1)))
+        above[state] = _LOOP_BASE + (n - 1) * _LOOP_STEP + _LABEL_FONT if n else 0.0
+
+    # Vertical: each column's slots stacked, the columns centred on one another.
+    def extent(slot: _Slot) -> float:
+        return above[slot] + size[slot][1] if isinstance(slot, str) else 0.0
+
+    heights = [
+        sum(extent(slot) for slot in column) + _V_GAP * (len(column) - 1) for column in columns
+    ]
+    tallest = max(heights)
+    top_of: dict[_Slot, float] = {}  # a box's top; a dummy's line
+    for c, column in enumerate(columns):
+        y = (tallest - heights[c]) / 2
+        for slot in column:
+            top_of[slot] = y + (above[slot] if isinstance(slot, str) else 0.0)
+            y += extent(slot) + _V_GAP
+
+    def middle(slot: _Slot) -> float:
+        return top_of[slot] + (size[slot][1] / 2 if isinstance(slot, str) else 0.0)
+
+    # Lanes: each crossing near the y of its end with fewer crossings in that gap, packed apart.
+    gaps = max(len(columns) - 1, 0)
+    by_gap: list[list[_Crossing]] = [[] for _ in range(gaps)]
+    for x in crossings:
+        by_gap[x.gap].append(x)
+    for lane_set in by_gap:
+        degree: dict[_Slot, int] = {}
+        for x in lane_set:
+            degree[x.left] = degree.get(x.left, 0) + 1
+            degree[x.right] = degree.get(x.right, 0) + 1
+
+        def desired(x: _Crossing, degree: dict[_Slot, int] = degree) -> float:
+            a, b = degree[x.left], degree[x.right]
+            if a == b:
+                return (middle(x.left) + middle(x.right)) / 2
+            return middle(x.left) if a < b else middle(x.right)
+
+        lane_set.sort(key=lambda x: (desired(x), middle(x.left), middle(x.right), x.row.index))
+        spacing = [_LANE_LABELLED if x.labelled else _LANE_PLAIN for x in lane_set]
+        for x, lane in zip(lane_set, _pack([desired(x) for x in lane_set], spacing), strict=True):
+            x.lane = lane
+
+    # Ports: spread along each side of a box in the order of their lanes; dummies are lines.
+    for (state, side), attached in ports.items():
+        attached.sort(key=lambda x: (x.lane, x.row.index))
+        h = size[state][1]
+        for k, x in enumerate(attached):
+            y = top_of[state] + h * (k + 1) / (len(attached) + 1)
+            if side == "right":
+                x.y_left = y
+            else:
+                x.y_right = y
+    for x in crossings:
+        if not isinstance(x.left, str):
+            x.y_left = top_of[x.left]
+        if not isinstance(x.right, str):
+            x.y_right = top_of[x.right]
+
+    # Horizontal: columns as wide as their boxes and loop labels, gaps as their labels and curves.
+    loop_labels = {state: [_label(row, recorded) for row in rows] for state, rows in loops.items()}
+    col_box = [max(size[s][0] for s in names) for names in states]
+    col_w = []
+    for c, names in enumerate(states):
+        right = col_box[c]
+        for state in names:
+            offset = (col_box[c] - size[state][0]) / 2
+            for i, text in enumerate(loop_labels.get(state, ())):
+                foot = _LOOP_INSET + i * (_LOOP_W + _LOOP_GAP) + _LOOP_W + 6
+                right = max(right, offset + foot + _text_width(text, _LABEL_FONT) + 2)
+        col_w.append(right + _COLUMN_PAD)
+    curve: list[float] = []
+    straight: list[float] = []
+    for lane_set in by_gap:
+        rise = max((abs(x.lane - y) for x in lane_set for y in (x.y_left, x.y_right)), default=0.0)
+        curve.append(min(_MAX_CURVE, max(_MIN_CURVE, rise * 0.5)))
+        widest = max(
+            (_text_width(_label(x.row, recorded), _LABEL_FONT) for x in lane_set if x.labelled),
+            default=0.0,
+        )
+        straight.append(max(_MIN_STRAIGHT, widest + 2 * _LABEL_PAD))
+    col_x = [40.0]  # room for the initial dot
+    for c in range(gaps):
+        col_x.append(col_x[c] + col_w[c] + 2 * curve[c] + straight[c])
+
+    boxes: dict[str, _Box] = {}
+    for c, names in enumerate(states):
+        for state in names:
+            w, h = size[state]
+            boxes[state] = _Box(col_x[c] + (col_box[c] - w) / 2, top_of[state], w, h)
+
+    edges: list[_Edge] = []
+    for state, rows in loops.items():
+        box = boxes[state]
+        n = len(rows)
+        for i, row in enumerate(rows):
+            a = box.x + _LOOP_INSET + i * (_LOOP_W + _LOOP_GAP)
+            b = a + _LOOP_W
+            top = box.y - _LOOP_BASE - (n - 1 - i) * _LOOP_STEP
+            p = _Path((a, box.y))
+            p.line((a, top + _LOOP_R))
+            p.parts.append(((a, top), (a + _LOOP_R, top)))
+            p.line((b - _LOOP_R, top))
+            p.parts.append(((b, top), (b, top + _LOOP_R)))
+            p.line((b, box.y))
+            edges.append(_Edge(row, p, (b + 6, top + 4), "start"))
+
+    for row in table.rows:
+        if row.index not in chains:
+            continue
+        chain = chains[row.index]
+        first = chain[0]
+        source = boxes[row.source]
+        if first.rightward:
+            p = _Path((source.right, first.y_left))
+        else:
+            p = _Path((source.x, first.y_right))
+        label_at = (0.0, 0.0)
+        for x in chain:
+            g = x.gap
+            left_edge, right_edge = col_x[g] + col_w[g], col_x[g + 1]
+            straight_left, straight_right = left_edge + curve[g], right_edge - curve[g]
+            if x.rightward:
+                p.line((left_edge, x.y_left))
+                p.s_curve((straight_left, x.lane))
+                p.line((straight_right, x.lane))
+                p.s_curve((right_edge, x.y_right))
+            else:
+                p.line((right_edge, x.y_right))
+                p.s_curve((straight_right, x.lane))
+                p.line((straight_left, x.lane))
+                p.s_curve((left_edge, x.y_left))
+            if x.labelled:
+                label_at = ((straight_left + straight_right) / 2, x.lane - _LABEL_LIFT)
+            # through a dummy: across its column on its line
+            far = x.right if x.rightward else x.left
+            if isinstance(far, tuple):
+                c = far[1]
+                p.line((col_x[c] + col_w[c] if x.rightward else col_x[c], top_of[far]))
+        target = boxes[row.target]
+        p.line((target.x if chain[-1].rightward else target.right, p.end[1]))
+        edges.append(_Edge(row, p, label_at, "middle"))
+
+    # The canvas: everything drawn, labels included, plus a margin.
+    initial = boxes[table.initial]
+    points = [(initial.x - 32, initial.cy - 6)]
+    for box in boxes.values():
+        points += [(box.x, box.y), (box.right, box.y + box.h)]
+    for edge in edges:
+        points += edge.path.points()
+        rect = _label_rect(_label(edge.row, recorded), edge.label_at, edge.anchor)
+        points += [(rect[0], rect[1]), (rect[2], rect[3])]
+    view = (
+        min(p[0] for p in points) - _MARGIN,
+        min(p[1] for p in points) - _MARGIN,
+        max(p[0] for p in points) + _MARGIN,
+        max(p[1] for p in points) + _MARGIN,
     )
-
-
-_Rect = tuple[float, float, float, float]  # left, top, right, bottom
-# Where along its curve a label may sit, best first: the middle, then ever nearer either end.
-_LABEL_TS = (0.5, 0.4, 0.6, 0.32, 0.68, 0.25, 0.75, 0.18, 0.82)
-
-
-def _label_rect(text: str, at: tuple[float, float], anchor: str) -> _Rect:
-    width = _text_width(text, _LABEL_FONT)
-    left = at[0] - width / 2 if anchor == "middle" else at[0]
-    return (left - 2, at[1] - _LABEL_FONT, left + width + 2, at[1] + 3)
-
-
-def _overlap(a: _Rect, b: _Rect) -> float:
-    w = min(a[2], b[2]) - max(a[0], b[0])
-    h = min(a[3], b[3]) - max(a[1], b[1])
-    return w * h if w > 0 and h > 0 else 0.0
-
-
-def _place(
-    text: str,
-    path: _Path,
-    *,
-    anchor: str,
-    dx: float,
-    dy: float,
-    taken: list[_Rect],
-) -> tuple[float, float]:
-    """The first point along ``path`` where the label overlaps nothing placed, else the least
-    crowded one; the label's rectangle joins ``taken``."""
-    best: tuple[float, tuple[float, float], _Rect] | None = None
-    for t in _LABEL_TS:
-        x, y = _bezier(path, t)
-        at = (x + dx, y + dy)
-        rect = _label_rect(text, at, anchor)
-        crowding = sum(_overlap(rect, other) for other in taken)
-        if best is None or crowding < best[0]:
-            best = (crowding, at, rect)
-        if crowding == 0:
-            break
-    assert best is not None
-    taken.append(best[2])
-    return best[1]
+    return _Layout(boxes, sorted(edges, key=lambda e: e.row.index), view)
 
 
 def render_svg(table: TableCoverage, *, standalone: bool = False) -> str:
@@ -181,120 +527,9 @@ def render_svg(table: TableCoverage, *, standalone: bool = False) -> str:
     (and with it the page's only ``http`` URL).
     """
     recorded = table.recorded
-    columns = _columns(table)
-    column_of = {state: c for c, column in enumerate(columns) for state in column}
-    loops: dict[str, list[RowCoverage]] = {}
-    pairs: dict[frozenset[str], list[RowCoverage]] = {}
-    for row in table.rows:
-        if row.source == row.target:
-            loops.setdefault(row.source, []).append(row)
-        else:
-            pairs.setdefault(frozenset((row.source, row.target)), []).append(row)
-
-    # Column widths, and gaps wide enough for the labels of the edges crossing them.
-    widths = [max(96.0, *(_text_width(s, _STATE_FONT) + 28 for s in column)) for column in columns]
-    gaps = [_MIN_COL_GAP] * max(len(columns) - 1, 0)
-    for rows in pairs.values():
-        for row in rows:
-            lo, hi = sorted((column_of[row.source], column_of[row.target]))
-            if hi - lo == 1:
-                needed = _text_width(_label(row, recorded), _LABEL_FONT) + 90
-                gaps[lo] = max(gaps[lo], needed)
-
-    # Boxes: each state gets room above it for its own loops.
-    xs: list[float] = []
-    x = 36.0  # room for the initial dot
-    for c, width in enumerate(widths):
-        xs.append(x)
-        x += width + (gaps[c] if c < len(gaps) else 0)
-
-    def pad(state: str) -> float:
-        n = len(loops.get(state, ()))
-        return n * _LOOP_STEP + 18 if n else 0.0
-
-    heights = [
-        sum(pad(s) + _BOX_H for s in column) + _V_GAP * (len(column) - 1) for column in columns
-    ]
-    tallest = max(heights)
-    boxes: dict[str, _Box] = {}
-    for c, column in enumerate(columns):
-        y = (tallest - heights[c]) / 2
-        for state in column:
-            y += pad(state)
-            width = _text_width(state, _STATE_FONT) + 28
-            width = max(width, 96.0)
-            boxes[state] = _Box(xs[c] + (widths[c] - width) / 2, y, width, _BOX_H)
-            y += _BOX_H + _V_GAP
-    top = min(box.y for box in boxes.values())
-
-    edges: list[_Edge] = []
-    for state, rows in loops.items():
-        box = boxes[state]
-        for k, row in enumerate(rows):
-            h = 30 + k * _LOOP_STEP
-            x1, x2, y0 = box.cx - 12 - 6 * k, box.cx + 12 + 6 * k, box.y
-            p: _Path = ((x1, y0), (x1 - 18 - 4 * k, y0 - h), (x2 + 18 + 4 * k, y0 - h), (x2, y0))
-            edges.append(_Edge(row, p, "middle", 0, -4, fixed=True))
-    long_k = 0
-    for rows in pairs.values():
-        ordered = sorted(rows, key=lambda r: (column_of[r.source] > column_of[r.target], r.index))
-        n = len(ordered)
-        for k, row in enumerate(ordered):
-            offset = k - (n - 1) / 2
-            a, b = boxes[row.source], boxes[row.target]
-            ca, cb = column_of[row.source], column_of[row.target]
-            if abs(ca - cb) == 1:
-                forward = ca < cb
-                start = (a.right if forward else a.x, a.cy + offset * 12)
-                end = (b.x if forward else b.right, b.cy + offset * 12)
-                dx = (end[0] - start[0]) / 2
-                p = (
-                    start,
-                    (start[0] + dx, start[1] + offset * _FAN),
-                    (end[0] - dx, end[1] + offset * _FAN),
-                    end,
-                )
-                edges.append(_Edge(row, p, "middle", 0, -5))
-            elif ca == cb:
-                bulge = xs[ca] + widths[ca] + 36 + (k * 18)
-                start, end = (a.right, a.cy), (b.right, b.cy)
-                p = (start, (bulge, start[1]), (bulge, end[1]), end)
-                edges.append(_Edge(row, p, "start", 6, 4))
-            else:
-                lift = top - 40 - long_k * 24
-                long_k += 1
-                start, end = (a.cx + 8, a.y), (b.cx - 8, b.y)
-                p = (start, (start[0], lift), (end[0], lift), end)
-                edges.append(_Edge(row, p, "middle", 0, -5))
-
-    # Labels: loops' at their tops, then the others where they crowd nothing already placed.
-    taken: list[_Rect] = [(b.x - 2, b.y - 2, b.right + 2, b.y + b.h + 2) for b in boxes.values()]
-    for edge in sorted(edges, key=lambda e: (not e.fixed, e.row.index)):
-        text = _label(edge.row, recorded)
-        if edge.fixed:
-            x, y = _bezier(edge.path, 0.5)
-            edge.label_at = (x + edge.dx, y + edge.dy)
-            taken.append(_label_rect(text, edge.label_at, edge.anchor))
-        else:
-            edge.label_at = _place(
-                text, edge.path, anchor=edge.anchor, dx=edge.dx, dy=edge.dy, taken=taken
-            )
-
-    # The canvas: everything drawn, labels included, plus a margin.
-    points = [(box.x, box.y) for box in boxes.values()]
-    points += [(box.right, box.y + box.h) for box in boxes.values()]
-    initial = boxes[table.initial]
-    points.append((initial.x - 30, initial.cy))
-    for edge in edges:
-        points.extend(edge.path)
-        width = _text_width(_label(edge.row, recorded), _LABEL_FONT)
-        lx, ly = edge.label_at
-        left = lx - width / 2 if edge.anchor == "middle" else lx
-        points += [(left, ly - _LABEL_FONT), (left + width, ly + 3)]
-    min_x = min(p[0] for p in points) - _MARGIN
-    min_y = min(p[1] for p in points) - _MARGIN
-    max_x = max(p[0] for p in points) + _MARGIN
-    max_y = max(p[1] for p in points) + _MARGIN
+    layout = _layout(table)
+    boxes = layout.boxes
+    min_x, min_y, max_x, max_y = layout.view
     view_w, view_h = max_x - min_x, max_y - min_y
 
     name = html.escape(table.name)
@@ -318,15 +553,18 @@ def render_svg(table: TableCoverage, *, standalone: bool = False) -> str:
         f"{len(table.states)} states, {len(table.rows)} transitions, {summary}</title>"
     )
     out.append("<defs>")
-    for kind, colour in _COLOURS.items():
-        out.append(
+    out.append(
+        "".join(
             f'<marker id="{ident}-arrow-{kind}" viewBox="0 0 10 10" refX="9" refY="5" '
             'markerWidth="8" markerHeight="8" markerUnits="userSpaceOnUse" '
             f'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="{colour}"/></marker>'
+            for kind, colour in _COLOURS.items()
         )
+    )
     out.append("</defs>")
 
     # Initial marker.
+    initial = boxes[table.initial]
     dot_x = initial.x - 26
     out.append(
         f'<g class="initial-marker"><circle cx="{_fmt(dot_x)}" cy="{_fmt(initial.cy)}" r="6" '
@@ -349,14 +587,16 @@ def render_svg(table: TableCoverage, *, standalone: bool = False) -> str:
         fill, ink, dash = (
             ("#f1f1f1", "#8a8a8a", ' stroke-dasharray="4 3"')
             if unreached
-            else (
-                "#e8f0fe",
-                "#1a2b3c",
-                "",
-            )
+            else ("#e8f0fe", "#1a2b3c", "")
         )
         escaped = html.escape(state)
         out.append(f'<g class="{" ".join(kinds)}" data-state="{escaped}">')
+        roles = [
+            *(["initial state"] if state == table.initial else []),
+            *(["terminal state"] if state in table.terminal else []),
+            *(["never reached"] if unreached else []),
+        ]
+        out.append(f"<title>{escaped}{': ' if roles else ''}{', '.join(roles)}</title>")
         out.append(
             f'<rect x="{_fmt(box.x)}" y="{_fmt(box.y)}" width="{_fmt(box.w)}" '
             f'height="{_fmt(box.h)}" rx="10" fill="{fill}" stroke="{ink}" '
@@ -374,26 +614,21 @@ def render_svg(table: TableCoverage, *, standalone: bool = False) -> str:
         )
         out.append("</g>")
 
-    for edge in sorted(edges, key=lambda e: e.row.index):
+    for edge in layout.edges:
         row = edge.row
         kind = "unrecorded" if not recorded else ("covered" if row.count else "never")
         colour = _COLOURS[kind]
         width = 1.5 if kind != "covered" else 1.5 + min(2.5, math.log10(row.count + 1))
         dash = ' stroke-dasharray="6 4"' if kind == "never" else ""
         weight = ' font-weight="bold"' if kind == "never" else ""
-        p = edge.path
-        d = (
-            f"M{_fmt(p[0][0])},{_fmt(p[0][1])} C{_fmt(p[1][0])},{_fmt(p[1][1])} "
-            f"{_fmt(p[2][0])},{_fmt(p[2][1])} {_fmt(p[3][0])},{_fmt(p[3][1])}"
-        )
         label = _label(row, recorded)
         count = f": taken {row.count} times" if recorded else ""
         out.append(
             f'<g class="edge {kind}" data-row="{row.index}" data-count="{row.count}">'
             f"<title>#{row.index} {html.escape(row.source)} → {html.escape(row.target)} on "
             f"{html.escape(row.label)}{count} ({html.escape(row.requirement)})</title>"
-            f'<path d="{d}" fill="none" stroke="{colour}" stroke-width="{_fmt(width)}"{dash} '
-            f'marker-end="url(#{ident}-arrow-{kind})"/>'
+            f'<path d="{edge.path.d()}" fill="none" stroke="{colour}" '
+            f'stroke-width="{_fmt(width)}"{dash} marker-end="url(#{ident}-arrow-{kind})"/>'
             f'<text x="{_fmt(edge.label_at[0])}" y="{_fmt(edge.label_at[1])}" '
             f'text-anchor="{edge.anchor}" font-size="{_fmt(_LABEL_FONT)}" fill="{colour}" '
             f'stroke="#ffffff" stroke-width="3" paint-order="stroke"{weight}>'
