@@ -13,6 +13,10 @@ and a missing one is an ``ImportError`` that names the extra to install
 - Classification: :func:`classify_openai`, :func:`classify_anthropic` and :func:`classify_sdk`
   map SDK exceptions to :class:`~diagnosis_harness.FailureKind` for
   ``HarnessRetryExecutor(ctx, classifier=...)``.
+- Tools: :class:`GovernedTools` governs any framework's Tool calls: each one reserved (per-Tool
+  limits included), keyed by the framework's Tool Call ID unchanged, run under the Tool retry
+  policy, its result's bytes counted. ``diagnosis_harness.integrations.pydantic_ai`` (the
+  ``pydantic-ai`` extra, imported only by you) builds a pydantic-ai capability on it.
 
 See ``docs/guides/wiring-sdk-clients.md`` for wiring a client, and ``docs/guides/hidden-retries.md``
 for why the SDKs' own retries are off.
@@ -34,10 +38,12 @@ from ._config import (
     ModelClientConfig,
     load_model_client_config,
 )
+from ._tools import GovernedTools, result_bytes
 
 __all__ = [
     "DEFAULT_CONFIG_PATH",
     "ConfigurationError",
+    "GovernedTools",
     "ModelClientConfig",
     "anthropic_client",
     "async_anthropic_client",
@@ -49,4 +55,5 @@ __all__ = [
     "kind_of_status",
     "load_model_client_config",
     "openai_client",
+    "result_bytes",
 ]
