@@ -325,7 +325,8 @@ def _governance_of(run_config: object, what: str) -> _Governance:
     if not isinstance(run_config, RunConfig) or not isinstance(provider, _HarnessModelProvider):
         raise ValueError(
             f"{what} must be built by diagnosis_harness.integrations.openai_agents."
-            f"harness_run_config(ctx), got {run_config!r}"
+            f"harness_run_config(ctx), got {type(run_config).__name__} with model_provider "
+            f"{type(provider).__name__}"
         )
     return provider.governance
 
