@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+from collections import Counter
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,7 @@ from diagnosis_harness.integrations import (
     classify_sdk,
 )
 from diagnosis_harness.testing import ManualClock
+from racing import BOUND, race
 
 from .loopback import ANSWER, ANTHROPIC_PATH, OPENAI_PATH, LoopbackServer, Reply, SeenRequest
 
@@ -542,3 +544,54 @@ def test_bad_input_is_a_clear_error_and_sends_nothing(loopback: LoopbackServer) 
     assert loopback.count == 0
     assert ctx.budget.snapshot().model_calls == 0
     assert ctx.lifecycle.state is RunState.RUNNING
+
+
+# -- a cancellation racing the answer -------------------------------------------------------------
+
+
+def _race_cancel_with_answer(loopback: LoopbackServer, flavour: Flavour) -> bool:
+    """One round; True if the answer won. The cancel starts as the request reaches the server."""
+    ctx = _run(total_tokens=20)
+    executor = HarnessRetryExecutor(ctx, classifier=classify_sdk)
+    arrived = threading.Event()
+    loopback.on_request = lambda _seen: arrived.set()
+    results: list[object] = []
+
+    def ask() -> None:
+        try:
+            results.append(flavour.ask(loopback, ctx, policy="tool_call", executor=executor))
+        except RunCancelled as error:
+            results.append(error)
+
+    def cancel() -> None:
+        assert arrived.wait(BOUND)
+        ctx.cancellation.cancel(CancellationReason.CLIENT_DISCONNECTED)
+
+    race([ask, cancel])
+    usage = ctx.budget.snapshot()
+    assert usage.model_calls == len(executor.attempts) == 1
+    if results == [ANSWER]:
+        assert (usage.input_tokens, usage.output_tokens) == (15, 10)
+        assert _journal(executor) == [SUCCEEDED]
+    else:
+        assert isinstance(results[0], RunCancelled)
+        assert _journal(executor) == [(AttemptOutcome.FAILED, FailureKind.CANCELLED)]
+    assert ctx.lifecycle.state in (RunState.CANCELLED, RunState.BUDGET_EXHAUSTED)
+    return results == [ANSWER]
+
+
+@pytest.mark.usefixtures("eager_thread_switching")
+@pytest.mark.parametrize("flavour", FLAVOURS[::2], ids=[f.name for f in FLAVOURS[::2]])
+def test_a_cancel_racing_the_answer_never_loses_the_usage_of_an_answer(
+    loopback: LoopbackServer, flavour: Flavour
+) -> None:
+    """A cancel released as the request reaches the provider, racing its answer, 12 rounds.
+
+    The answer's usage ends the run too (the token limit). Whoever wins, a returned answer has
+    its usage recorded already, a cancelled call has its CANCELLED record, each round is one
+    request, one attempt and one Model call, and the run has one ending.
+    """
+    loopback.default = Reply(input_tokens=15, output_tokens=10)
+    winners = Counter(_race_cancel_with_answer(loopback, flavour) for _ in range(12))
+    assert sum(winners.values()) == 12
+    assert loopback.count == 12
