@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anthropic
+import httpx2
 import openai
 import pytest
 
@@ -595,3 +596,41 @@ def test_a_cancel_racing_the_answer_never_loses_the_usage_of_an_answer(
     winners = Counter(_race_cancel_with_answer(loopback, flavour) for _ in range(12))
     assert sum(winners.values()) == 12
     assert loopback.count == 12
+
+
+# -- the request's timeout -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("left", "request_timeout", "expected"),
+    [
+        # the SDK's default Timeout(600, connect=5), each part cut to what the run has left
+        (30.0, None, {"connect": 5.0, "read": 30.0, "write": 30.0, "pool": 30.0}),
+        (2.0, None, {"connect": 2.0, "read": 2.0, "write": 2.0, "pool": 2.0}),
+        # request_timeout replaces the client's, and is cut all the same
+        (30.0, 7.0, {"connect": 7.0, "read": 7.0, "write": 7.0, "pool": 7.0}),
+        (2.0, 7.0, {"connect": 2.0, "read": 2.0, "write": 2.0, "pool": 2.0}),
+    ],
+)
+def test_each_request_carries_a_timeout_cut_to_the_deadline(
+    loopback: LoopbackServer, left: float, request_timeout: float | None, expected: object
+) -> None:
+    clock = ManualClock()
+    ctx = _run(clock, timeout=left + 10)
+    clock.advance(10)  # the run has `left` seconds left on its own clock
+    sent: list[object] = []
+
+    def seen(request: httpx2.Request) -> None:
+        sent.append(request.extensions["timeout"])
+
+    with (
+        httpx2.Client(event_hooks={"request": [seen]}) as http,
+        openai.OpenAI(
+            api_key=KEY, base_url=loopback.openai_url, max_retries=0, http_client=http
+        ) as client,
+    ):
+        governed = GovernedOpenAI(client, ctx, policy="tool_call", request_timeout=request_timeout)
+        governed.create(**OPENAI_PARAMS)
+        list(governed.stream(**OPENAI_PARAMS))
+    assert sent == [expected, expected]
+    assert loopback.count == 2
