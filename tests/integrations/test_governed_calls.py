@@ -634,3 +634,16 @@ def test_each_request_carries_a_timeout_cut_to_the_deadline(
         list(governed.stream(**OPENAI_PARAMS))
     assert sent == [expected, expected]
     assert loopback.count == 2
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["json", "stream"])
+def test_anthropic_prompt_cache_reads_count_as_input_tokens(
+    loopback: LoopbackServer, streamed: bool
+) -> None:
+    """Anthropic reports cache reads apart from input_tokens; the run's input budget counts both."""
+    ctx = _run()
+    loopback.script(Reply(input_tokens=20, cache_read_tokens=300, output_tokens=6))
+    ask = _sync_anthropic_stream if streamed else _sync_anthropic
+    assert ask(loopback, ctx, policy="tool_call") == ANSWER
+    usage = ctx.budget.snapshot()
+    assert (usage.input_tokens, usage.output_tokens) == (320, 6)
