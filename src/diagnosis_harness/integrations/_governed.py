@@ -299,6 +299,9 @@ class GovernedStream(Generic[C]):
     :class:`UsageNotReported` after its last chunk. A stream closed early records the usage
     known so far (Anthropic reports input tokens first; OpenAI nothing before the end).
     Errors while streaming are not retried: the chunks before them were delivered.
+
+    Read it to the end or close it (``with``): until then it holds a callback on the run's
+    cancellation, and its worker keeps reading the provider's answer.
     """
 
     __slots__ = ("_gov", "_relay", "_usage")
