@@ -74,13 +74,15 @@ class Reply:
     ``stall`` holds the answer until the Event is set: before the status line when
     ``stall_after_events`` is ``None``, else after that many events of a stream (its headers and
     first events are sent, then it stalls). ``chunks`` is how many pieces a streamed text is cut
-    into.
+    into. ``cache_read_tokens`` is Anthropic's ``cache_read_input_tokens`` (reported apart from
+    ``input_tokens``); OpenAI counts cached tokens inside ``prompt_tokens``.
     """
 
     text: str = ANSWER
     tool_calls: tuple[ToolCall, ...] = ()
     input_tokens: int = 12
     output_tokens: int = 5
+    cache_read_tokens: int = 0
     usage: bool = True
     status: int = 200
     retry_after: float | None = None
@@ -317,8 +319,16 @@ def _anthropic_message(reply: Reply, model: str) -> dict[str, object]:
         "stop_sequence": None,
     }
     if reply.usage:
-        body["usage"] = {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens}
+        body["usage"] = _anthropic_usage(reply, reply.output_tokens)
     return body
+
+
+def _anthropic_usage(reply: Reply, output_tokens: int) -> dict[str, int]:
+    return {
+        "input_tokens": reply.input_tokens,
+        "cache_read_input_tokens": reply.cache_read_tokens,
+        "output_tokens": output_tokens,
+    }
 
 
 def _anthropic_events(reply: Reply, model: str) -> list[bytes]:
@@ -327,7 +337,7 @@ def _anthropic_events(reply: Reply, model: str) -> list[bytes]:
 
     start = _anthropic_message(reply, model) | {"content": [], "stop_reason": None}
     if reply.usage:
-        start["usage"] = {"input_tokens": reply.input_tokens, "output_tokens": 1}
+        start["usage"] = _anthropic_usage(reply, 1)
     events = [event("message_start", {"message": start})]
     index = 0
     if reply.text:
