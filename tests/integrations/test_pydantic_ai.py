@@ -517,6 +517,23 @@ def test_an_unknown_policy_name_is_refused_at_construction() -> None:
         HarnessCapability(_run(), tool_policy="tool_calls")
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        pytest.param({"ctx": "run-7"}, TypeError, "ctx must be a RunContext", id="ctx"),
+        pytest.param({"key_prefix": "a:b"}, UnsafeKeySegment, "prefix", id="key_prefix"),
+        pytest.param({"finishes_run": "yes"}, TypeError, "finishes_run must be", id="finishes"),
+        pytest.param({"classifier": 3}, TypeError, "classifier must be", id="classifier"),
+    ],
+)
+def test_bad_configuration_is_refused_at_construction(
+    kwargs: dict[str, object], error: type[Exception], match: str
+) -> None:
+    arguments: dict[str, object] = {"ctx": _run(), **kwargs}
+    with pytest.raises(error, match=match):
+        HarnessCapability(**arguments)  # type: ignore[arg-type]  # bad on purpose
+
+
 def test_a_tool_call_id_unsafe_for_a_key_fails_the_run_before_any_tool_runs() -> None:
     ctx = _run()
     ran: list[str] = []
