@@ -594,3 +594,36 @@ def test_a_governed_tool_refuses_a_run_config_not_built_by_the_harness(
         asyncio.run(Runner.run(agent, "why?", run_config=plain))
 
     assert tools.started == []
+
+
+def test_plain_runner_run_with_the_config_raises_the_harness_ending_itself(
+    server: LoopbackServer,
+) -> None:
+    ctx = _run(tool_calls=9)
+    config, executor = _config(ctx, server)
+    tools = _Tools()
+    agent = Agent(name="diag", tools=[tools.tool("logs")])
+    server.script(Reply(text="", tool_calls=_calls("logs", 16)))
+
+    with pytest.raises(BudgetExhausted) as caught:
+        asyncio.run(Runner.run(agent, "why?", run_config=config))
+
+    assert type(caught.value) is BudgetExhausted  # not wrapped in an SDK exception
+    assert len(tools.started) == 9
+    assert server.count == _model_attempts(executor) == 1
+
+
+def test_a_streamed_request_is_retried_by_the_harness_only_before_its_first_event(
+    server: LoopbackServer,
+) -> None:
+    ctx = _run()
+    config, executor = _config(ctx, server, model_policy="model_twice")
+    server.script(Reply(status=500), Reply(text="after a retry"))
+
+    result = asyncio.run(run_governed_streamed(Agent(name="diag"), "why?", run_config=config))
+
+    assert result.final_output == "after a retry"
+    attempts = [a.outcome for e in executor.executions for a in e.attempts]
+    assert attempts == [AttemptOutcome.FAILED, AttemptOutcome.SUCCEEDED]
+    assert server.count == 2
+    assert all(seen.streamed for seen in server.requests)

@@ -240,8 +240,12 @@ class _GovernedModel(Model):
                 conversation_id=conversation_id,
                 prompt=prompt,
             )
-            async with ctx.scope():
-                return await anext(events)
+            try:
+                async with ctx.scope():
+                    return await anext(events)
+            except BaseException:
+                await _close(events)  # a failed attempt's stream is done with; a retry opens anew
+                raise
 
         event: TResponseStreamEvent | None = await governance.executor.execute_async(
             governance.model_policy, attempt
@@ -258,9 +262,13 @@ class _GovernedModel(Model):
                 async with ctx.scope():
                     event = await anext(events, None)
         finally:
-            aclose = getattr(events, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await _close(events)
+
+
+async def _close(events: AsyncIterator[TResponseStreamEvent]) -> None:
+    aclose = getattr(events, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
 
 @final
