@@ -140,7 +140,6 @@ class _Governance:
         """Check every function call of a model answer before the SDK can start any of them."""
         for item in output:
             if isinstance(item, ResponseFunctionToolCall):
-                _budget_key(item.name)
                 self.tools.check(item.name, item.call_id)
 
     def record_usage(self, input_tokens: int, output_tokens: int) -> None:
@@ -154,10 +153,6 @@ class _GovernedModel(Model):
     def __init__(self, inner: Model, governance: _Governance) -> None:
         self._inner = inner
         self._governance = governance
-
-    @property
-    def inner(self) -> Model:
-        return self._inner
 
     async def close(self) -> None:
         await self._inner.close()
