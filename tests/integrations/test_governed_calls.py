@@ -344,14 +344,14 @@ def test_an_ended_run_sends_nothing(loopback: LoopbackServer, flavour: Flavour) 
 def test_a_stall_past_the_deadline_is_cut_by_the_request_timeout(
     loopback: LoopbackServer, flavour: Flavour, streamed: bool
 ) -> None:
-    """The run's clock has 0.2 s left, so the request's timeout is 0.2 s, not the client's 600.
+    """The run's clock has 0.5 s left, so the request's timeout is 0.5 s, not the client's 600.
 
     The provider takes 5 s on the run's clock (the hook advances it as the request arrives) and
     never answers; the request is cut by its timeout, and the run ends TIMED_OUT -- not retried
     under a policy that retries timeouts, because the gate finds the deadline passed.
     """
     clock = ManualClock()
-    ctx = _run(clock, timeout=0.2)
+    ctx = _run(clock, timeout=0.5)  # real seconds for the cut timeout: room for a loaded machine
     executor = HarnessRetryExecutor(ctx, classifier=classify_sdk)
 
     def provider_takes_5_seconds(_seen: SeenRequest) -> None:
