@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import openai
 import pytest
+
+pytest.importorskip("pydantic_ai", reason="pydantic-ai needs Python 3.11+")
+
 from pydantic_ai import Agent, Tool
 from pydantic_ai import RunContext as AgentRunContext
 from pydantic_ai.exceptions import ModelHTTPError, UsageLimitExceeded
