@@ -8,16 +8,24 @@ event nobody sets, and every scenario is bounded by ``asyncio.wait_for(..., BOUN
 from __future__ import annotations
 
 import asyncio
+import http.server
+import json
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+import openai
 import pytest
+
+pytest.importorskip("pydantic_ai", reason="pydantic-ai needs Python 3.11+")
+
 from pydantic_ai import Agent, Tool
 from pydantic_ai import RunContext as AgentRunContext
-from pydantic_ai.exceptions import UsageLimitExceeded
+from pydantic_ai.exceptions import ModelHTTPError, UsageLimitExceeded
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.models.test import TestModel
+from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.usage import RequestUsage, UsageLimits
 
 from diagnosis_harness import (
@@ -38,11 +46,12 @@ from diagnosis_harness import (
     RunTimedOut,
     UnsafeKeySegment,
 )
+from diagnosis_harness.integrations import ModelClientConfig, async_openai_client
 from diagnosis_harness.integrations.pydantic_ai import HarnessCapability, tool_result_bytes
 from racing import BOUND, race
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine
+    from collections.abc import Callable, Coroutine, Iterator
 
     from diagnosis_harness import Clock
 
@@ -568,3 +577,71 @@ def test_a_tool_name_that_is_not_a_budget_key_fails_the_run_before_any_tool_runs
 def test_tool_result_bytes_counts_what_pydantic_ai_sends() -> None:
     assert tool_result_bytes("é") == 2
     assert tool_result_bytes({"a": [1, 2]}) == len(b'{"a":[1,2]}')
+
+
+# -- the provider's hidden retries ----------------------------------------------------------------
+
+
+class _FailingProvider(http.server.BaseHTTPRequestHandler):
+    """A Chat Completions endpoint that answers every request with a 500, and counts them."""
+
+    requests: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:
+        self.requests.append(self.path)
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = json.dumps({"error": {"message": "overloaded", "type": "server_error"}}).encode()
+        self.send_response(500)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: object) -> None:
+        return  # the test's output is the assertions'
+
+
+@pytest.fixture
+def failing_provider() -> Iterator[tuple[str, list[str]]]:
+    _FailingProvider.requests = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FailingProvider)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1", _FailingProvider.requests
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(BOUND)
+
+
+def _openai_agent(client: openai.AsyncOpenAI) -> Agent[None, str]:
+    provider = OpenAIProvider(openai_client=client)
+    return Agent(OpenAIChatModel("gpt-4o-mini", provider=provider))
+
+
+def test_a_model_whose_client_retries_on_its_own_is_refused_before_any_request(
+    failing_provider: tuple[str, list[str]],
+) -> None:
+    url, requests = failing_provider
+    ctx = _run()
+    client = openai.AsyncOpenAI(api_key="test", base_url=url)  # the SDK's default: 2 retries
+    with pytest.raises(ValueError, match="max_retries=2"):
+        _bounded(_openai_agent(client).run("why?", capabilities=[HarnessCapability(ctx)]))
+    assert requests == []
+    assert ctx.budget.snapshot().model_calls == 0
+    _bounded(client.close())
+
+
+def test_the_provider_sees_exactly_the_model_calls_the_run_reserved(
+    failing_provider: tuple[str, list[str]],
+) -> None:
+    url, requests = failing_provider
+    ctx = _run()
+    config = ModelClientConfig(max_attempts=1, timeout_seconds=10.0, base_url=url)
+    client = async_openai_client(config, api_key="test")
+    with pytest.raises(ModelHTTPError):
+        _bounded(_openai_agent(client).run("why?", capabilities=[HarnessCapability(ctx)]))
+    assert len(requests) == ctx.budget.snapshot().model_calls == 1
+    assert ctx.lifecycle.state is RunState.FAILED
+    _bounded(client.close())

@@ -15,7 +15,8 @@ those tasks, and never refuses a tool call by raising in one:
   ending's ``RunTerminated`` (``BudgetExhausted``, ...), never a wrapper of it.
 - ``wrap_model_request`` runs the request inside ``ctx.scope()``: the run's deadline, or a
   ``ctx.cancellation.cancel(...)`` from any thread, cancels a request in flight.
-  ``prepare_model_request`` (once per attempt) reserves the Model call; ``after_model_request``
+  ``prepare_model_request`` (once per attempt) refuses a model whose SDK client retries on its
+  own (``max_retries`` not 0), then reserves the Model call; ``after_model_request``
   records the response's actual ``RequestUsage`` and checks every function tool call of the
   answer -- its name a budget key, its ID a safe key segment -- before any of them runs.
 - ``wrap_tool_execute`` runs each tool call through :class:`~._tools.GovernedTools`: reserved
@@ -80,6 +81,23 @@ def tool_result_bytes(result: object) -> int:
     if isinstance(result, str):
         return len(result.encode("utf-8", "surrogatepass"))
     return len(pydantic_core.to_json(result, fallback=str))
+
+
+def _refuse_hidden_retries(model: object) -> None:
+    """Refuse a model whose SDK client retries on its own (pydantic-ai's OpenAI, Anthropic, Groq
+    and other models hold one, as ``model.client``, with the SDK's ``max_retries``).
+
+    Those retries happen inside one request: the run would reserve one Model call for up to three
+    sent, and no attempt of theirs would be recorded. A model without such a client passes.
+    """
+    client = getattr(model, "client", None)
+    retries = getattr(client, "max_retries", None)
+    if type(retries) is int and retries != 0:
+        raise ValueError(
+            f"{type(model).__name__}'s {type(client).__qualname__} retries on its own "
+            f"(max_retries={retries}): give its provider a client built with max_retries=0, "
+            "e.g. OpenAIProvider(openai_client=async_openai_client(config))"
+        )
 
 
 @final
@@ -187,6 +205,7 @@ class HarnessCapability(AbstractCapability[Any]):
     async def prepare_model_request(
         self, ctx: AgentRunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
+        _refuse_hidden_retries(request_context.model)
         self.ctx.reserve_model_call()
         return request_context
 
