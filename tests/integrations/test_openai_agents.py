@@ -20,6 +20,7 @@ from agents import (
     MaxTurnsExceeded,
     ModelRetrySettings,
     ModelSettings,
+    RunHooks,
     Runner,
     UserError,
     function_tool,
@@ -46,6 +47,7 @@ from diagnosis_harness import (
 )
 from diagnosis_harness.integrations import ModelClientConfig, async_openai_client, classify_openai
 from diagnosis_harness.integrations.openai_agents import (
+    _finish,
     governed_tool,
     harness_run_config,
     run_governed,
@@ -627,3 +629,43 @@ def test_a_streamed_request_is_retried_by_the_harness_only_before_its_first_even
     assert attempts == [AttemptOutcome.FAILED, AttemptOutcome.SUCCEEDED]
     assert server.count == 2
     assert all(seen.streamed for seen in server.requests)
+
+
+def test_a_hook_that_ends_the_run_stops_it_with_the_harness_ending(
+    server: LoopbackServer,
+) -> None:
+    """A hook ending the run mid-step: the run's scope stops the SDK, its ending reaches you."""
+    ctx = _run()
+    config, _ = _config(ctx, server)
+    tools = _Tools()
+    agent = Agent(name="diag", tools=[tools.tool("logs")])
+    server.script(Reply(text="", tool_calls=_calls("logs", 1)))
+
+    class CheckingHooks(RunHooks[Any]):
+        async def on_tool_start(self, *_args: Any) -> None:
+            ctx.reserve_bytes(1_000_000)  # past the run's byte budget: BudgetExhausted
+
+    with pytest.raises(BudgetExhausted) as caught:
+        asyncio.run(run_governed(agent, "why?", run_config=config, hooks=CheckingHooks()))
+
+    assert caught.value.termination is ctx.lifecycle.termination
+    assert tools.started == []
+
+
+def test_a_harness_ending_wrapped_by_the_sdk_is_unwrapped_for_the_caller() -> None:
+    """What the SDK wraps (a hook's exception, as ``UserError``) reaches you as the harness's own.
+
+    Driven directly: under ``run_governed`` the run's scope usually cancels the step first, so
+    this is the order where the SDK's exception arrives before that cancellation.
+    """
+    ctx = _run(run_bytes=10)
+    with pytest.raises(BudgetExhausted) as ending:
+        ctx.reserve_bytes(11)
+    wrapped = UserError("Error running tool logs")
+    wrapped.__cause__ = ending.value
+
+    with pytest.raises(BudgetExhausted) as caught:
+        _finish(ctx, wrapped)
+
+    assert caught.value is ending.value
+    assert ctx.lifecycle.state is RunState.BUDGET_EXHAUSTED  # not recorded as FAILED

@@ -440,8 +440,11 @@ def _finish(ctx: RunContext, error: BaseException | None) -> None:
         ctx.check(Boundary.MODEL)  # the run had already ended: raise its own RunTerminated
         return
     harness = _harness_error(error)
+    if harness is error:
+        return  # the caller re-raises it as it is
     if harness is not None:
-        raise harness from None if harness is error else error
+        # Unwrapped from the SDK's exception, its own cause kept (the SDK's names it already).
+        raise harness from harness.__cause__
     if isinstance(error, Exception):
         ctx.lifecycle.fail(f"agent run failed: {type(error).__name__}: {error}")
 
