@@ -669,3 +669,28 @@ def test_a_harness_ending_wrapped_by_the_sdk_is_unwrapped_for_the_caller() -> No
 
     assert caught.value is ending.value
     assert ctx.lifecycle.state is RunState.BUDGET_EXHAUSTED  # not recorded as FAILED
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "streamed"])
+def test_a_client_left_with_its_default_retries_still_sends_one_request_per_attempt(
+    server: LoopbackServer, streamed: bool
+) -> None:
+    """The config's ``ModelRetrySettings(max_retries=0)`` makes the SDK send with the client's
+    retries off, even for a client built with the openai default (two retries)."""
+    ctx = _run()
+    client = openai.AsyncOpenAI(base_url=server.openai_url, api_key="test")
+    assert client.max_retries == 2
+    executor = HarnessRetryExecutor(ctx, classifier=classify_openai)
+    config = harness_run_config(
+        ctx,
+        model_provider=OpenAIProvider(openai_client=client, use_responses=False),
+        model="loopback-model",
+        executor=executor,
+    )
+    server.script(Reply(status=500))
+    run = run_governed_streamed if streamed else run_governed
+
+    with pytest.raises(openai.InternalServerError):
+        asyncio.run(run(Agent(name="diag"), "why?", run_config=config))
+
+    assert server.count == _model_attempts(executor) == 1
