@@ -114,10 +114,12 @@ def _provenance(stem: str, data: dict[str, Any]) -> str:
 
 def render() -> str:
     """The text that belongs between the page's markers."""
-    results = {stem: _load(stem) for stem in ("core", "retry", "model", "report", "import")}
+    stems = ("core", "retry", "model", "report", "import", "pydantic_ai")
+    results = {stem: _load(stem) for stem in stems}
     model_table = (RESULTS / "model.md").read_text(encoding="utf-8").strip()
     report_table = (RESULTS / "report.md").read_text(encoding="utf-8").strip()
     import_table = (RESULTS / "import.md").read_text(encoding="utf-8").strip()
+    pydantic_ai_table = (RESULTS / "pydantic_ai.md").read_text(encoding="utf-8").strip()
     lines = [
         "### The core paths",
         "",
@@ -138,6 +140,10 @@ def render() -> str:
         "### `import diagnosis_harness` in a fresh interpreter",
         "",
         import_table,
+        "",
+        "### A pydantic-ai agent step with `HarnessCapability`",
+        "",
+        pydantic_ai_table,
         "",
         "Measured with:",
         "",

@@ -10,9 +10,18 @@ and a missing one is an ``ImportError`` that names the extra to install
 - Clients: :func:`openai_client`, :func:`async_openai_client`, :func:`anthropic_client` and
   :func:`async_anthropic_client` build SDK clients with ``max_retries=0``;
   :func:`ensure_no_hidden_retries` refuses a client built elsewhere that still retries.
+- Governed calls: :class:`GovernedOpenAI`, :class:`AsyncGovernedOpenAI`,
+  :class:`GovernedAnthropic` and :class:`AsyncGovernedAnthropic` wrap a client for one run and one
+  retry policy: each ``create``/``stream`` is gated, reserves a Model call per attempt, cuts the
+  request's timeout to the deadline, records the actual token usage (:class:`TokenUsage`,
+  :class:`UsageNotReported`), and retries only through ``HarnessRetryExecutor``.
 - Classification: :func:`classify_openai`, :func:`classify_anthropic` and :func:`classify_sdk`
   map SDK exceptions to :class:`~diagnosis_harness.FailureKind` for
   ``HarnessRetryExecutor(ctx, classifier=...)``.
+- Tools: :class:`GovernedTools` governs any framework's Tool calls: each one reserved (per-Tool
+  limits included), keyed by the framework's Tool Call ID unchanged, run under the Tool retry
+  policy, its result's bytes counted. ``diagnosis_harness.integrations.pydantic_ai`` (the
+  ``pydantic-ai`` extra, imported only by you) builds a pydantic-ai capability on it.
 
 See ``docs/guides/wiring-sdk-clients.md`` for wiring a client, and ``docs/guides/hidden-retries.md``
 for why the SDKs' own retries are off.
@@ -20,6 +29,7 @@ for why the SDKs' own retries are off.
 
 from __future__ import annotations
 
+from ._anthropic import AsyncGovernedAnthropic, GovernedAnthropic
 from ._classify import classify_anthropic, classify_openai, classify_sdk, kind_of_status
 from ._clients import (
     anthropic_client,
@@ -34,11 +44,23 @@ from ._config import (
     ModelClientConfig,
     load_model_client_config,
 )
+from ._governed import AsyncGovernedStream, GovernedStream, TokenUsage, UsageNotReported
+from ._openai import AsyncGovernedOpenAI, GovernedOpenAI
+from ._tools import GovernedTools, result_bytes
 
 __all__ = [
     "DEFAULT_CONFIG_PATH",
+    "AsyncGovernedAnthropic",
+    "AsyncGovernedOpenAI",
+    "AsyncGovernedStream",
     "ConfigurationError",
+    "GovernedAnthropic",
+    "GovernedOpenAI",
+    "GovernedStream",
+    "GovernedTools",
     "ModelClientConfig",
+    "TokenUsage",
+    "UsageNotReported",
     "anthropic_client",
     "async_anthropic_client",
     "async_openai_client",
@@ -49,4 +71,5 @@ __all__ = [
     "kind_of_status",
     "load_model_client_config",
     "openai_client",
+    "result_bytes",
 ]

@@ -1,0 +1,559 @@
+"""One governed model call, for any SDK: the engine under the openai and anthropic wrappers.
+
+A governed call is one execution of :class:`~diagnosis_harness.HarnessRetryExecutor` under the
+wrapper's policy; the executor gates every attempt and records it. Each attempt:
+
+1. reserves one Model call (``ctx.reserve_model_call()``: the gate and the reservation in one
+   decision) -- a refusal reserves nothing and sends nothing;
+2. sends one request (the SDK's retries are off) whose timeout is the client's own, each part cut
+   to the time the run's clock has left before the deadline;
+3. records the response's actual token usage on the run (a streamed one when the stream reports
+   it, at its end);
+4. on a failure, asks the gate again, so that a run that ended meanwhile (cancelled, or past its
+   deadline) ends the call with its ``RunTerminated`` rather than the SDK's error.
+
+Cancellation is prompt in both worlds. In asyncio every await of the SDK runs in
+``ctx.scope()``, so a cancellation of the run, or its deadline, cancels the request itself. A
+blocking SDK call cannot be interrupted from another thread, so the sync wrappers run it on a
+worker thread and the caller waits on a relay that the run's cancellation also wakes: the caller
+gets the run's ``RunCancelled`` at once, and the abandoned request ends at its timeout (at the
+latest at the deadline); if it still completes, the worker records its usage -- the tokens were
+spent -- and its answer is dropped.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, final
+
+from .._boundary import Boundary
+from .._context import RunContext
+from .._errors import HarnessError
+from .._retry import HarnessRetryExecutor
+from .._retry_policy import RetryPolicy
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Iterator
+    from types import TracebackType
+
+    from .._retry import Classifier
+
+__all__ = [
+    "AsyncGovernedStream",
+    "Governance",
+    "GovernedStream",
+    "TokenUsage",
+    "UsageMeter",
+    "UsageNotReported",
+]
+
+R = TypeVar("R")
+C = TypeVar("C")
+C_contra = TypeVar("C_contra", contravariant=True)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class TokenUsage:
+    """The tokens one response used, as the provider reported them and as the run recorded them."""
+
+    input_tokens: int
+    output_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@final
+class UsageNotReported(HarnessError):
+    """The provider answered without token usage, so the run's token budget cannot count it.
+
+    Raised by a governed call whose response has no usage, and at the end of a governed stream
+    that ended without reporting it (an OpenAI-compatible server that ignores
+    ``stream_options.include_usage``). Inside an attempt it is not retried (its kind is
+    ``UNKNOWN``): the request was answered, and asking again would spend twice. ``response`` is
+    the answer that came without usage (``None`` for a stream, whose chunks were delivered).
+    """
+
+    def __init__(self, message: str, response: object = None) -> None:
+        super().__init__(message)
+        self.response = response
+
+
+class UsageMeter(Protocol[C_contra]):
+    """Reads a stream's chunks as they pass; knows the usage once the provider has reported it."""
+
+    def observe(self, chunk: C_contra, /) -> None: ...
+
+    @property
+    def final(self) -> bool:
+        """Whether the provider has reported the response's whole usage."""
+        ...
+
+    def usage(self) -> TokenUsage | None:
+        """The usage known so far (the whole of it once :attr:`final`), or ``None``."""
+        ...
+
+
+def _positive_seconds(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds or None, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+    return float(value)
+
+
+@final
+class Governance:
+    """What every governed call of one wrapper shares: the run, its executor, the policy.
+
+    Validated once, when the wrapper is built, so a bad argument is an error before any request.
+    """
+
+    __slots__ = ("ctx", "executor", "policy", "request_timeout")
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        *,
+        policy: str | RetryPolicy,
+        executor: HarnessRetryExecutor | None,
+        request_timeout: float | None,
+        classifier: Classifier,
+    ) -> None:
+        if type(ctx) is not RunContext:
+            raise TypeError(f"ctx must be a RunContext, got {ctx!r}")
+        if isinstance(policy, str):
+            policy = ctx.retry_policies[policy]  # KeyError naming the run's policies
+        elif type(policy) is not RetryPolicy:
+            raise TypeError(
+                f"policy must be the name of one of the run's retry policies or a RetryPolicy, "
+                f"got {policy!r}"
+            )
+        if executor is None:
+            executor = HarnessRetryExecutor(ctx, classifier=classifier)
+        elif type(executor) is not HarnessRetryExecutor:
+            raise TypeError(f"executor must be a HarnessRetryExecutor or None, got {executor!r}")
+        self.ctx = ctx
+        self.policy = policy
+        self.executor = executor
+        self.request_timeout = _positive_seconds("request_timeout", request_timeout)
+
+    def timeout(self, client_timeout: object) -> object:
+        """The request's ``timeout=``: the client's (or ``request_timeout``), cut to the deadline.
+
+        An ``httpx`` ``Timeout`` (the SDKs' default: 5 s to connect, 600 s for the rest) keeps its
+        shape, each part cut; a number or ``None`` becomes a number.
+        """
+        left = self.ctx.deadline.remaining_seconds(self.ctx.clock)
+        if self.request_timeout is not None:
+            return min(self.request_timeout, left)
+        if isinstance(client_timeout, (int, float)) and not isinstance(client_timeout, bool):
+            return min(float(client_timeout), left)
+        parts = ("connect", "read", "write", "pool")
+        if client_timeout is not None and all(hasattr(client_timeout, p) for p in parts):
+
+            def cut(part: str) -> float:
+                value = getattr(client_timeout, part)
+                return left if value is None else min(float(value), left)
+
+            return type(client_timeout)(**{part: cut(part) for part in parts})
+        return left
+
+    def ended_wins(self) -> None:
+        """After a failure: if the run ended meanwhile, raise its ``RunTerminated`` instead."""
+        self.ctx.check(Boundary.MODEL)
+
+    def record(self, usage: TokenUsage) -> None:
+        self.ctx.record_token_usage(
+            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
+        )
+
+
+# -- sync: a worker thread and a relay the run's cancellation wakes -----------------------------
+
+
+@final
+class _Failed:
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+_END = object()  # the worker's last item
+_OPENED = object()  # a stream's request was answered: its chunks follow
+_WOKEN = object()  # put by the run's cancellation
+_RECORDING = object()  # the worker records the usage next: the answer is in, a wake-up is late
+
+
+@final
+class _Relay:
+    """Items from one worker thread to the caller, in order; the run's cancellation wakes it.
+
+    The queue is the only thing both threads touch; ``_stopped`` tells the worker the caller no
+    longer reads (it was woken, or closed a stream), so the worker stops reading the SDK.
+    """
+
+    __slots__ = ("_ctx", "_ended", "_queue", "_recording", "_registration", "_stopped")
+
+    def __init__(self, ctx: RunContext, work: Callable[[_Relay], None], name: str) -> None:
+        self._ctx = ctx
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._stopped = threading.Event()
+        self._ended = False  # the caller has taken _END: nothing follows (caller's thread only)
+        # The caller has taken _RECORDING: recording the usage may end the run (a token limit),
+        # whose cancellation wakes the relay, but the answer is complete (caller's thread only).
+        self._recording = False
+        self._registration = ctx.cancellation.register(lambda _reason: self._queue.put(_WOKEN))
+        # A daemon: an abandoned request must not keep the interpreter alive past its timeout.
+        threading.Thread(target=work, args=(self,), name=name, daemon=True).start()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
+    def put(self, item: object) -> None:
+        self._queue.put(item)
+
+    def get(self) -> object:
+        """The next item; the run's ``RunTerminated`` if the run was cancelled meanwhile."""
+        if self._ended:
+            return _END
+        item = self._queue.get()
+        while item is _WOKEN or item is _RECORDING:
+            if item is _RECORDING:
+                self._recording = True
+            elif not self._recording:
+                self.stop()
+                self._ctx.check(Boundary.MODEL)  # raises: a cancellation ends the run
+            item = self._queue.get()
+        if item is _END:
+            self._ended = True
+            self._registration.unregister()
+        return item
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._registration.unregister()
+
+
+def call(
+    gov: Governance,
+    send: Callable[[object], R],
+    usage_of: Callable[[R], TokenUsage | None],
+    client_timeout: object,
+    name: str,
+) -> R:
+    """One governed call: ``send(timeout)`` per attempt, on a worker, under the executor."""
+
+    def attempt() -> R:
+        gov.ctx.reserve_model_call()
+        timeout = gov.timeout(client_timeout)
+
+        def work(relay: _Relay) -> None:
+            try:
+                response = send(timeout)
+                usage = usage_of(response)
+                if usage is None:
+                    raise UsageNotReported(f"{name}: the response reports no token usage", response)
+            except Exception as error:  # handed to the caller, which raises it
+                relay.put(_Failed(error))
+            else:
+                relay.put(_RECORDING)  # the call is answered: a cancellation now is too late
+                gov.record(usage)  # by the worker: the tokens count even if the caller left
+                relay.put(response)
+            relay.put(_END)
+
+        relay = _Relay(gov.ctx, work, name)
+        try:
+            item = relay.get()
+            if isinstance(item, _Failed):
+                raise item.error
+        except Exception:
+            gov.ended_wins()
+            raise
+        finally:
+            relay.stop()  # one item is all the caller takes
+        return cast("R", item)  # the worker's one other item is the response
+
+    return gov.executor.execute(gov.policy, attempt)
+
+
+@final
+class GovernedStream(Generic[C]):
+    """The chunks of one governed streaming call; iterate it, or use it as a context manager.
+
+    The request was sent and answered (under the executor) when this was returned; the chunks
+    are read on a worker thread and handed over in order. A run that ends meanwhile (cancelled,
+    or another call exhausted its budget) ends the iteration with its ``RunTerminated`` at once,
+    even while the provider is silent; past the deadline, the next chunk does, and a silent
+    provider is cut by the read timeout, which was cut to the deadline. The usage is
+    recorded when the provider reports it; a stream that ends without it raises
+    :class:`UsageNotReported` after its last chunk. A stream closed early records the usage
+    known so far (Anthropic reports input tokens first; OpenAI nothing before the end).
+    Errors while streaming are not retried: the chunks before them were delivered.
+
+    Read it to the end or close it (``with``): until then it holds a callback on the run's
+    cancellation, and its worker keeps reading the provider's answer.
+    """
+
+    __slots__ = ("_gov", "_relay", "_usage")
+
+    def __init__(self, gov: Governance, relay: _Relay, usage: list[TokenUsage]) -> None:
+        self._gov = gov
+        self._relay = relay
+        self._usage = usage  # written once by the worker, before it puts _END
+
+    @property
+    def usage(self) -> TokenUsage | None:
+        """The usage recorded for this stream, once it is known; else ``None``."""
+        return self._usage[0] if self._usage else None
+
+    def __iter__(self) -> Iterator[C]:
+        return self
+
+    def __next__(self) -> C:
+        if self._relay.stopped:  # closed, failed or cancelled: the run's ending, or the end
+            self._gov.ended_wins()
+            raise StopIteration
+        try:
+            item = self._relay.get()
+        except BaseException:
+            self._relay.stop()
+            raise
+        if item is _END:
+            raise StopIteration
+        if isinstance(item, _Failed):
+            self._relay.stop()
+            self._gov.ended_wins()
+            raise item.error
+        ctx = self._gov.ctx
+        # The deadline, read per chunk; a cancellation (any ending but this stream's own usage
+        # record, which follows its last chunk) wakes the relay instead.
+        if ctx.deadline.expired(ctx.clock):
+            self._relay.stop()
+            ctx.check(Boundary.MODEL)
+        return cast("C", item)  # anything else on the relay is a chunk
+
+    def close(self) -> None:
+        """Stop reading: the worker closes the SDK's stream at its next chunk."""
+        self._relay.stop()
+
+    def __enter__(self) -> GovernedStream[C]:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def open_stream(
+    gov: Governance,
+    open_: Callable[[object], Any],
+    meter: Callable[[], UsageMeter[C]],
+    client_timeout: object,
+    name: str,
+) -> GovernedStream[C]:
+    """One governed streaming call: ``open_(timeout)`` per attempt, under the executor."""
+
+    def attempt() -> GovernedStream[C]:
+        gov.ctx.reserve_model_call()
+        timeout = gov.timeout(client_timeout)
+        usage: list[TokenUsage] = []
+
+        def work(relay: _Relay) -> None:
+            try:
+                stream = open_(timeout)
+            except Exception as error:
+                relay.put(_Failed(error))
+                relay.put(_END)
+                return
+            relay.put(_OPENED)
+            _pump(gov, stream, meter(), relay, usage=usage, name=name)
+
+        relay = _Relay(gov.ctx, work, name)
+        try:
+            item = relay.get()
+            if isinstance(item, _Failed):
+                raise item.error
+        except Exception:
+            relay.stop()
+            gov.ended_wins()
+            raise
+        return GovernedStream(gov, relay, usage)
+
+    return gov.executor.execute(gov.policy, attempt)
+
+
+def _pump(
+    gov: Governance,
+    stream: Any,
+    meter: UsageMeter[C],
+    relay: _Relay,
+    *,
+    usage: list[TokenUsage],
+    name: str,
+) -> None:
+    """On the worker: chunks to the relay, then the usage recorded, then the end."""
+    complete = False
+    failure: Exception | None = None
+    try:
+        for chunk in stream:
+            meter.observe(chunk)
+            relay.put(chunk)
+            if relay.stopped:
+                break
+        else:
+            complete = True
+    except Exception as error:  # handed to the caller after the usage is recorded
+        failure = error
+    finally:
+        stream.close()
+    known = meter.usage()
+    relay.put(_RECORDING)
+    if known is not None:
+        gov.record(known)
+        usage.append(known)
+    if failure is not None:
+        relay.put(_Failed(failure))
+    elif complete and not meter.final:
+        relay.put(_Failed(UsageNotReported(f"{name}: the stream ended without token usage")))
+    relay.put(_END)
+
+
+# -- async: every await of the SDK in ctx.scope() -------------------------------------------------
+
+
+async def call_async(
+    gov: Governance,
+    send: Callable[[object], Any],
+    usage_of: Callable[[R], TokenUsage | None],
+    client_timeout: object,
+    name: str,
+) -> R:
+    """One governed call in asyncio: ``await send(timeout)`` per attempt, under the executor."""
+
+    async def attempt() -> R:
+        gov.ctx.reserve_model_call()
+        timeout = gov.timeout(client_timeout)
+        try:
+            async with gov.ctx.scope():
+                response: R = await send(timeout)
+        except Exception:
+            gov.ended_wins()
+            raise
+        usage = usage_of(response)
+        if usage is None:
+            raise UsageNotReported(f"{name}: the response reports no token usage", response)
+        gov.record(usage)
+        return response
+
+    return await gov.executor.execute_async(gov.policy, attempt)
+
+
+@final
+class AsyncGovernedStream(Generic[C]):
+    """The chunks of one governed streaming call in asyncio: ``async for``, or ``async with``.
+
+    Like :class:`GovernedStream`: each chunk is awaited in ``ctx.scope()``, so the run's
+    cancellation or deadline ends a silent stream at once with the run's ``RunTerminated``; the
+    usage is recorded when reported, :class:`UsageNotReported` raised at an end without it, and
+    what is known recorded when the stream is closed early.
+    """
+
+    __slots__ = ("_done", "_gov", "_iterator", "_meter", "_name", "_stream", "_usage")
+
+    def __init__(self, gov: Governance, stream: Any, meter: UsageMeter[C], name: str) -> None:
+        self._gov = gov
+        self._stream = stream
+        self._iterator: AsyncIterator[C] = stream.__aiter__()
+        self._meter = meter
+        self._name = name
+        self._usage: TokenUsage | None = None
+        self._done = False
+
+    @property
+    def usage(self) -> TokenUsage | None:
+        """The usage recorded for this stream, once it is known; else ``None``."""
+        return self._usage
+
+    def __aiter__(self) -> AsyncIterator[C]:
+        return self
+
+    async def __anext__(self) -> C:
+        if self._done:
+            raise StopAsyncIteration
+        try:
+            async with self._gov.ctx.scope():
+                chunk = await self._iterator.__anext__()
+        except StopAsyncIteration:
+            await self._finish()
+            if not self._meter.final:
+                raise UsageNotReported(
+                    f"{self._name}: the stream ended without token usage"
+                ) from None
+            raise
+        except Exception:
+            await self._finish()
+            self._gov.ended_wins()
+            raise
+        self._meter.observe(chunk)
+        return chunk
+
+    async def _finish(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        await self._stream.close()
+        self._usage = self._meter.usage()
+        if self._usage is not None:
+            self._gov.record(self._usage)
+
+    async def aclose(self) -> None:
+        """Stop reading and close the SDK's stream; the usage known so far is recorded."""
+        await self._finish()
+
+    async def __aenter__(self) -> AsyncGovernedStream[C]:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+async def open_stream_async(
+    gov: Governance,
+    open_: Callable[[object], Any],
+    meter: Callable[[], UsageMeter[C]],
+    client_timeout: object,
+    name: str,
+) -> AsyncGovernedStream[C]:
+    """One governed streaming call in asyncio: ``await open_(timeout)`` per attempt."""
+
+    async def attempt() -> AsyncGovernedStream[C]:
+        gov.ctx.reserve_model_call()
+        timeout = gov.timeout(client_timeout)
+        try:
+            async with gov.ctx.scope():
+                stream = await open_(timeout)
+        except Exception:
+            gov.ended_wins()
+            raise
+        return AsyncGovernedStream(gov, stream, meter(), name)
+
+    return await gov.executor.execute_async(gov.policy, attempt)

@@ -1,0 +1,246 @@
+"""Governed OpenAI Chat Completions: :class:`GovernedOpenAI` and :class:`AsyncGovernedOpenAI`.
+
+Each wraps one ``openai`` client for one run and one retry policy (the boundary's: the Intent
+Router's, the Diagnosis Agent's, ...). ``create(**params)`` is one governed
+``client.chat.completions.create(**params)``; ``stream(**params)`` the same with ``stream=True``
+and ``stream_options={"include_usage": True}``, so the provider ends the stream with its usage.
+See :mod:`._governed` for what one governed call is.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, final
+
+from ._classify import classify_openai
+from ._clients import ensure_no_hidden_retries
+from ._extras import missing_extra
+from ._governed import (
+    AsyncGovernedStream,
+    Governance,
+    GovernedStream,
+    TokenUsage,
+    call,
+    call_async,
+    open_stream,
+    open_stream_async,
+)
+from ._params import checked_params
+
+if TYPE_CHECKING:
+    import openai
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+    from .._context import RunContext
+    from .._retry import HarnessRetryExecutor
+    from .._retry_policy import RetryPolicy
+
+__all__ = ["AsyncGovernedOpenAI", "GovernedOpenAI"]
+
+_CALL = "openai chat.completions.create"
+_REQUIRED = ("model", "messages")
+
+
+def _openai() -> Any:
+    try:
+        import openai  # noqa: PLC0415 - lazy: the SDK is the optional `openai` extra
+    except ModuleNotFoundError as error:
+        if error.name != "openai":
+            raise
+        raise missing_extra("openai", "openai", "a governed openai call") from error
+    return openai
+
+
+def _checked_client(client: object, expected: str, other: str, wrapper: str) -> None:
+    sdk = _openai()
+    if not isinstance(client, getattr(sdk, expected)):
+        hint = ""
+        if isinstance(client, getattr(sdk, other)):
+            hint = f" (an openai.{other} goes to {wrapper})"
+        raise TypeError(f"client must be an openai.{expected}{hint}, got {client!r}")
+    ensure_no_hidden_retries(client)
+
+
+def _usage_of(completion: ChatCompletion) -> TokenUsage | None:
+    usage = getattr(completion, "usage", None)
+    if usage is None:
+        return None
+    return TokenUsage(usage.prompt_tokens, usage.completion_tokens)
+
+
+@final
+class _Meter:
+    """OpenAI reports a stream's usage once, in a last chunk without choices."""
+
+    __slots__ = ("_usage",)
+
+    def __init__(self) -> None:
+        self._usage: TokenUsage | None = None
+
+    def observe(self, chunk: ChatCompletionChunk) -> None:
+        usage = getattr(chunk, "usage", None)
+        if usage is not None:
+            self._usage = TokenUsage(usage.prompt_tokens, usage.completion_tokens)
+
+    @property
+    def final(self) -> bool:
+        return self._usage is not None
+
+    def usage(self) -> TokenUsage | None:
+        return self._usage
+
+
+def _stream_params(params: dict[str, Any]) -> dict[str, Any]:
+    options = params.get("stream_options")
+    if options is None:
+        options = {}
+    elif not isinstance(options, dict):
+        raise TypeError(f"stream_options must be a dict, got {options!r}")
+    if options.get("include_usage", True) is not True:
+        raise ValueError(
+            "stream_options.include_usage must be True (or left out): a governed stream records "
+            "the usage the provider reports in its last chunk"
+        )
+    return {**params, "stream_options": {**options, "include_usage": True}}
+
+
+@final
+class GovernedOpenAI:
+    """Governed Chat Completions on an ``openai.OpenAI`` client, for one run and one policy.
+
+    ``policy`` is the name of one of the run's retry policies (``"intent_router"``) or a
+    ``RetryPolicy``. ``executor`` is the run's ``HarnessRetryExecutor`` whose journal records
+    the attempts (give one built with ``classify_openai`` or ``classify_sdk``); by default a new
+    one with ``classify_openai``, read from :attr:`executor`. ``request_timeout`` (seconds)
+    replaces the client's timeout; either is cut to the time left before the run's deadline.
+
+    The client must send one request per call: a client with ``max_retries`` other than 0 is a
+    ``ValueError`` (pass ``client.with_options(max_retries=0)``), an ``AsyncOpenAI`` or anything
+    else a ``TypeError``. Every refusal happens here, before any request.
+    """
+
+    __slots__ = ("_client", "_gov")
+
+    def __init__(
+        self,
+        client: openai.OpenAI,
+        ctx: RunContext,
+        *,
+        policy: str | RetryPolicy,
+        executor: HarnessRetryExecutor | None = None,
+        request_timeout: float | None = None,
+    ) -> None:
+        _checked_client(client, "OpenAI", "AsyncOpenAI", "AsyncGovernedOpenAI")
+        self._gov = Governance(
+            ctx,
+            policy=policy,
+            executor=executor,
+            request_timeout=request_timeout,
+            classifier=classify_openai,
+        )
+        self._client = client
+
+    @property
+    def client(self) -> openai.OpenAI:
+        return self._client
+
+    @property
+    def executor(self) -> HarnessRetryExecutor:
+        """The executor that runs, and records, every attempt."""
+        return self._gov.executor
+
+    @property
+    def policy(self) -> RetryPolicy:
+        return self._gov.policy
+
+    def create(self, **params: Any) -> ChatCompletion:
+        """One governed ``chat.completions.create(**params)``; its usage recorded on the run.
+
+        ``params`` are the SDK's, without ``stream`` (use :meth:`stream`) and ``timeout`` (the
+        run sets it). A response without usage raises ``UsageNotReported``.
+        """
+        params = checked_params(params, _REQUIRED, "create", ("stream", "timeout"))
+        client = self._client
+
+        def send(timeout: Any) -> ChatCompletion:
+            completion: ChatCompletion = client.chat.completions.create(**params, timeout=timeout)
+            return completion
+
+        return call(self._gov, send, _usage_of, client.timeout, _CALL)
+
+    def stream(self, **params: Any) -> GovernedStream[ChatCompletionChunk]:
+        """One governed streaming ``chat.completions.create``: its chunks, as they arrive.
+
+        The request asks for ``stream_options.include_usage``; the usage is recorded from the
+        provider's last chunk, and a stream that ends without one raises ``UsageNotReported``
+        after its last chunk.
+        """
+        params = _stream_params(checked_params(params, _REQUIRED, "stream", ("stream", "timeout")))
+        client = self._client
+
+        def open_(timeout: Any) -> Any:
+            return client.chat.completions.create(**params, stream=True, timeout=timeout)
+
+        return open_stream(self._gov, open_, _Meter, client.timeout, _CALL)
+
+
+@final
+class AsyncGovernedOpenAI:
+    """:class:`GovernedOpenAI` for an ``openai.AsyncOpenAI`` client: the same, awaited.
+
+    Every await of the SDK runs in ``ctx.scope()``: the run's cancellation (from any thread) or
+    its deadline cancels the request in flight, and the call raises the run's ``RunTerminated``.
+    """
+
+    __slots__ = ("_client", "_gov")
+
+    def __init__(
+        self,
+        client: openai.AsyncOpenAI,
+        ctx: RunContext,
+        *,
+        policy: str | RetryPolicy,
+        executor: HarnessRetryExecutor | None = None,
+        request_timeout: float | None = None,
+    ) -> None:
+        _checked_client(client, "AsyncOpenAI", "OpenAI", "GovernedOpenAI")
+        self._gov = Governance(
+            ctx,
+            policy=policy,
+            executor=executor,
+            request_timeout=request_timeout,
+            classifier=classify_openai,
+        )
+        self._client = client
+
+    @property
+    def client(self) -> openai.AsyncOpenAI:
+        return self._client
+
+    @property
+    def executor(self) -> HarnessRetryExecutor:
+        """The executor that runs, and records, every attempt."""
+        return self._gov.executor
+
+    @property
+    def policy(self) -> RetryPolicy:
+        return self._gov.policy
+
+    async def create(self, **params: Any) -> ChatCompletion:
+        """One governed ``await chat.completions.create(**params)``; see ``GovernedOpenAI``."""
+        params = checked_params(params, _REQUIRED, "create", ("stream", "timeout"))
+        client = self._client
+
+        def send(timeout: Any) -> Any:
+            return client.chat.completions.create(**params, timeout=timeout)
+
+        return await call_async(self._gov, send, _usage_of, client.timeout, _CALL)
+
+    async def stream(self, **params: Any) -> AsyncGovernedStream[ChatCompletionChunk]:
+        """One governed streaming call; ``async for`` its chunks. See ``GovernedOpenAI``."""
+        params = _stream_params(checked_params(params, _REQUIRED, "stream", ("stream", "timeout")))
+        client = self._client
+
+        def open_(timeout: Any) -> Any:
+            return client.chat.completions.create(**params, stream=True, timeout=timeout)
+
+        return await open_stream_async(self._gov, open_, _Meter, client.timeout, _CALL)

@@ -1,0 +1,233 @@
+"""Governed Tool calls: one wrapper between any agent framework's Tool call and the run.
+
+Theory of operation. A framework hands over a Tool call as a Tool name and its own Tool Call ID.
+:class:`GovernedTools` turns it into the run's decisions, in this order, each one able to stop it:
+
+1. check the input -- the name is a budget key (a non-blank ``str``) and the ID a safe key segment
+   -- and build the Tool Call key ``{prefix}:{run_id}:{tool_call_id}`` from the ID unchanged
+   (:class:`~diagnosis_harness.ToolCallKeyFactory`). Bad input changes no state;
+2. run it under the run's Tool retry policy (``tool_call`` unless told otherwise) with a
+   :class:`~diagnosis_harness.HarnessRetryExecutor`, which records every attempt; the first
+   attempt starts by reserving the Tool call with ``ctx.reserve_tool_call`` -- the run's deadline
+   and outcome, the total and the per-Tool limits, in one decision of the run -- and the Tool
+   starts right after it is granted;
+3. reserve the result's size in bytes against the run's byte budget (``ctx.reserve_bytes``).
+
+A Tool call is one reservation however many attempts its policy allows: the attempts are the same
+call, under the same key, which is what lets a Tool use the key for idempotency. A refusal at step
+2 or 3 is the run's ``RunTerminated`` (``BudgetExhausted``, ``RunTimedOut``, ...); a framework
+adapter decides how the framework sees it (see ``integrations.pydantic_ai``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from typing import TYPE_CHECKING, ParamSpec, TypeVar, final
+
+from .._context import RunContext
+from .._keys import ToolCallKeyFactory
+from .._retry import HarnessRetryExecutor
+from .._retry_policy import RetryPolicy
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from .._retry import Classifier
+
+__all__ = ["GovernedTools", "result_bytes"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+DEFAULT_TOOL_POLICY = "tool_call"
+DEFAULT_KEY_PREFIX = "tool"
+
+
+def result_bytes(result: object) -> int:
+    """The size in bytes of a Tool result as a model would receive it.
+
+    ``bytes``-like values count as they are, ``str`` as UTF-8, anything else as its JSON text
+    (``json.dumps(..., default=str)``): a rough measure, but the same one for every Tool.
+    """
+    if isinstance(result, (bytes, bytearray)):
+        return len(result)
+    if isinstance(result, memoryview):
+        return result.nbytes
+    if isinstance(result, str):
+        return len(result.encode("utf-8", "surrogatepass"))
+    return len(json.dumps(result, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+
+
+def _budget_key(tool: object) -> str:
+    """``tool`` unchanged if it can name a Tool in the budget, else a clear error."""
+    if type(tool) is not str:
+        raise TypeError(f"tool must be a str naming the Tool in the run's budget, got {tool!r}")
+    if not tool.strip():
+        raise ValueError(
+            f"tool must be a non-blank str naming the Tool in the run's budget, got {tool!r}"
+        )
+    return tool
+
+
+def _policy_of(ctx: RunContext, policy: object) -> RetryPolicy:
+    if type(policy) is RetryPolicy:
+        return policy
+    if not isinstance(policy, str):
+        raise TypeError(f"policy must be a RetryPolicy or a policy name, got {policy!r}")
+    if policy not in ctx.retry_policies:
+        known = ", ".join(sorted(ctx.retry_policies))
+        raise ValueError(
+            f"policy must name one of the run's retry policies ({known}), got {policy!r}"
+        )
+    return ctx.retry_policies[policy]
+
+
+@final
+class GovernedTools:
+    """One run's Tool calls, governed: reserved, keyed, retried by policy, their results counted.
+
+    ``policy`` is the retry policy every Tool call runs under (a name in ``ctx.retry_policies``
+    or a :class:`RetryPolicy`); ``key_prefix`` the first segment of every Tool Call key;
+    ``executor`` the :class:`HarnessRetryExecutor` whose journal records the attempts (a new one
+    with ``classifier`` by default); ``measure`` the size of a result in bytes
+    (:func:`result_bytes` by default). Everything is checked here, before any Tool call.
+
+    Holds no state of its own beyond that configuration: the counters are the run's, the journal
+    the executor's. Thread- and task-safe as those are.
+    """
+
+    __slots__ = ("_ctx", "_executor", "_keys", "_measure", "_policy")
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        *,
+        policy: RetryPolicy | str = DEFAULT_TOOL_POLICY,
+        key_prefix: str = DEFAULT_KEY_PREFIX,
+        executor: HarnessRetryExecutor | None = None,
+        classifier: Classifier | None = None,
+        measure: Callable[[object], int] | None = None,
+    ) -> None:
+        if type(ctx) is not RunContext:
+            raise TypeError(f"ctx must be a RunContext, got {ctx!r}")
+        self._ctx = ctx
+        self._policy = _policy_of(ctx, policy)
+        self._keys = ToolCallKeyFactory(key_prefix)
+        if executor is not None and classifier is not None:
+            raise ValueError("give executor or classifier, not both: the executor has its own")
+        if executor is None:
+            executor = HarnessRetryExecutor(ctx, classifier=classifier)
+        elif type(executor) is not HarnessRetryExecutor:
+            raise TypeError(f"executor must be a HarnessRetryExecutor, got {executor!r}")
+        self._executor = executor
+        if measure is not None and not callable(measure):
+            raise TypeError(f"measure must be callable (result -> bytes), got {measure!r}")
+        self._measure = result_bytes if measure is None else measure
+
+    @property
+    def ctx(self) -> RunContext:
+        return self._ctx
+
+    @property
+    def policy(self) -> RetryPolicy:
+        """The retry policy every Tool call runs under."""
+        return self._policy
+
+    @property
+    def executor(self) -> HarnessRetryExecutor:
+        """The executor that runs the Tool calls; its ``executions`` are their attempts journal."""
+        return self._executor
+
+    def key(self, tool_call_id: str) -> str:
+        """The Tool Call key of the framework's ``tool_call_id``, the ID in it unchanged.
+
+        Raises ``UnsafeKeySegment`` (a ``ValueError``) for an ID that is not a safe key segment.
+        """
+        return self._keys.key(self._ctx.run_id, tool_call_id)
+
+    def check(self, tool: str, tool_call_id: str) -> str:
+        """Check a Tool call's input without reserving anything; return its Tool Call key."""
+        _budget_key(tool)
+        return self.key(tool_call_id)
+
+    def record_result(self, result: object) -> None:
+        """Reserve the size of ``result`` against the run's byte budget (nothing for 0 bytes)."""
+        size = self._measure(result)
+        if type(size) is not int or size < 0:
+            raise TypeError(f"measure must return an int >= 0 (bytes), got {size!r}")
+        if size:
+            self._ctx.reserve_bytes(size)
+
+    def call(
+        self, tool: str, tool_call_id: str, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """Run ``fn(*args, **kwargs)`` as the governed call ``tool_call_id`` of ``tool``.
+
+        Returns its result; raises bad input before anything changes, the run's
+        ``RunTerminated`` when the reservation (of the call or of its result's bytes) is refused,
+        or ``fn``'s own last exception.
+        """
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {fn!r}")
+        if inspect.iscoroutinefunction(fn):
+            raise TypeError(f"fn must not be a coroutine function, got {fn!r}: use call_async")
+        self.check(tool, tool_call_id)
+        reserve = self._reservation(tool)
+
+        def attempt() -> T:
+            reserve()
+            return fn(*args, **kwargs)
+
+        result = self._executor.execute(self._policy, attempt)
+        self.record_result(result)
+        return result
+
+    async def call_async(
+        self,
+        tool: str,
+        tool_call_id: str,
+        fn: Callable[P, Awaitable[T]],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """``await fn(*args, **kwargs)`` as the governed call ``tool_call_id`` of ``tool``."""
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {fn!r}")
+        self.check(tool, tool_call_id)
+        reserve = self._reservation(tool)
+
+        async def attempt() -> T:
+            reserve()
+            return await fn(*args, **kwargs)
+
+        result = await self._executor.execute_async(self._policy, attempt)
+        self.record_result(result)
+        return result
+
+    def _reservation(self, tool: str) -> Callable[[], None]:
+        """What each attempt calls first: the first reserves the Tool call, retries nothing.
+
+        The reservation is made inside the attempt, after the executor's gate, so nothing stands
+        between a granted reservation and the Tool starting: a call is counted exactly when it
+        runs. (Reserved before the gate, a call could be counted and then refused there, when a
+        concurrent refusal ended the run in between.) A refused reservation is recorded as the
+        attempt's failure, with the run's ending as its kind; the Tool did not run.
+        """
+        reserved = False
+        reserve_tool_call = self._ctx.reserve_tool_call
+
+        def reserve() -> None:
+            nonlocal reserved
+            if not reserved:
+                reserve_tool_call(tool)
+                reserved = True
+
+        return reserve
+
+    def __repr__(self) -> str:
+        return (
+            f"GovernedTools(run_id={self._ctx.run_id!r}, policy={self._policy.name!r}, "
+            f"key_prefix={self._keys.prefix!r})"
+        )

@@ -1,0 +1,508 @@
+"""openai-agents under a diagnosis run: a ``RunConfig`` whose Model and Tool calls are the run's.
+
+Theory of operation. openai-agents (0.24) limits a run by ``max_turns`` only, and its
+``RunConfig`` carries no run hooks and no tool guardrails of its own. What it does carry, and what
+every Model call of a run goes through, is the model provider. :func:`harness_run_config` builds a
+``RunConfig`` whose provider wraps yours (and whose ``model``, if you give a ``Model``, is wrapped
+the same way); each wrapped Model call is, in order:
+
+1. the check that every function tool the agent offers is governed (:func:`governed_tool`), and
+   that the run is still live -- a run config built on a run that already ended refuses here,
+   with the run's own ``RunTerminated``, before anything is sent;
+2. one execution under the run's Model retry policy
+   (:class:`~diagnosis_harness.HarnessRetryExecutor` records each attempt); each attempt reserves
+   one Model call (``ctx.reserve_model_call``) and sends the request inside ``ctx.scope()``, so
+   the run's deadline or a cancellation from any thread cuts a request in flight; a streamed
+   request is cut the same way, event by event;
+3. the actual usage of the response recorded (``ctx.record_token_usage``);
+4. every tool call the answer asks for checked -- its name a budget key, its call ID a safe
+   segment of a Tool Call key -- before the SDK can start any of them: a bad one is a clear
+   ``ValueError`` and no tool runs.
+
+The SDK's own retries are off: the config's ``model_settings.retry`` is
+``ModelRetrySettings(max_retries=0)``, which also makes the SDK send each request with the openai
+client's ``max_retries=0`` -- only the harness retries, and every request is a recorded attempt.
+
+A function tool wrapped by :func:`governed_tool` runs through the run's
+:class:`~diagnosis_harness.integrations.GovernedTools`, found through the ``RunConfig`` the SDK
+hands each tool call: the Tool call is reserved (per-Tool limits included) right before the tool
+starts, keyed by the SDK's tool call ID unchanged, run under the Tool policy, its result's bytes
+reserved. When a model answer asks for more parallel calls than the run has left, exactly as many
+start as fit; each refused one never starts and answers the model with the refusal, and the run
+has ended (``BUDGET_EXHAUSTED``), so the SDK's next Model call raises the harness's
+``BudgetExhausted`` -- the tools that fit finish first, rather than being cancelled mid-call.
+
+:func:`run_governed` and :func:`run_governed_streamed` run an agent under the run: the whole agent
+run inside ``ctx.scope()`` (a cancel from another thread stops it promptly, tools included), and
+the run's one terminal outcome recorded from how the agent run ended -- ``SUCCESS`` with a final
+output, ``FAILED`` on an exception, or the harness's own ending, whose ``RunTerminated`` reaches
+the caller itself, never wrapped in an SDK exception.
+
+The core never imports this module; it imports ``agents`` (the ``openai-agents`` extra).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import TYPE_CHECKING, Any, final
+
+from .._boundary import Boundary
+from .._context import RunContext
+from .._errors import RunTerminated
+from .._retry import HarnessRetryExecutor
+from ._classify import classify_openai
+from ._extras import missing_extra
+from ._tools import GovernedTools, _budget_key, _policy_of
+
+try:
+    from agents import (
+        Agent,
+        FunctionTool,
+        Model,
+        ModelProvider,
+        ModelRetrySettings,
+        ModelSettings,
+        RunConfig,
+        Runner,
+        RunResult,
+        RunResultStreaming,
+    )
+    from openai.types.responses import ResponseCompletedEvent, ResponseFunctionToolCall
+except ImportError as error:  # pragma: no cover - exercised without the extra installed
+    if error.name not in ("agents", "openai"):
+        raise
+    raise missing_extra(
+        "agents", "openai-agents", "diagnosis_harness.integrations.openai_agents"
+    ) from error
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+
+    from agents import StreamEvent
+    from agents.agent_output import AgentOutputSchemaBase
+    from agents.handoffs import Handoff
+    from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
+    from agents.models.interface import ModelTracing
+    from agents.run_config import CallModelData, ModelInputData
+    from agents.tool import Tool
+    from agents.tool_context import ToolContext
+    from openai.types.responses.response_prompt_param import ResponsePromptParam
+
+    from .._retry import Classifier
+    from .._retry_policy import RetryPolicy
+
+__all__ = [
+    "governed_tool",
+    "harness_run_config",
+    "run_governed",
+    "run_governed_streamed",
+]
+
+DEFAULT_MODEL_POLICY = "diagnosis_agent"
+DEFAULT_TOOL_POLICY = "tool_call"
+
+# RunConfig fields the harness sets itself: given in **kw they would be silently replaced.
+_OWNED_KEYS = frozenset({"call_model_input_filter"})
+
+
+@final
+class _Governance:
+    """One run config's link to its run: the context, the executor, the governed Tools."""
+
+    __slots__ = ("ctx", "executor", "model_policy", "tools")
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        executor: HarnessRetryExecutor,
+        model_policy: RetryPolicy,
+        tools: GovernedTools,
+    ) -> None:
+        self.ctx = ctx
+        self.executor = executor
+        self.model_policy = model_policy
+        self.tools = tools
+
+    def check_tools(self, tools: list[Tool]) -> None:
+        """Refuse, before any request, an agent offering a function tool the harness cannot see."""
+        for tool in tools:
+            if isinstance(tool, FunctionTool) and not isinstance(
+                tool.on_invoke_tool, _GovernedInvoke
+            ):
+                raise ValueError(
+                    f"function tool {tool.name!r} is not governed: its calls would escape the "
+                    "run's budget; wrap it with diagnosis_harness.integrations.openai_agents."
+                    "governed_tool(tool)"
+                )
+
+    def check_calls(self, output: list[Any]) -> None:
+        """Check every function call of a model answer before the SDK can start any of them."""
+        for item in output:
+            if isinstance(item, ResponseFunctionToolCall):
+                self.tools.check(item.name, item.call_id)
+
+    def record_usage(self, input_tokens: int, output_tokens: int) -> None:
+        self.ctx.record_token_usage(input_tokens=input_tokens, output_tokens=output_tokens)
+
+
+@final
+class _GovernedModel(Model):
+    """A ``Model`` whose every request is one reserved, recorded, cuttable attempt of the run."""
+
+    def __init__(self, inner: Model, governance: _Governance) -> None:
+        self._inner = inner
+        self._governance = governance
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+    async def get_response(  # noqa: PLR0917 - the SDK's Model signature
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],
+        model_settings: ModelSettings,
+        tools: list[Tool],
+        output_schema: AgentOutputSchemaBase | None,
+        handoffs: list[Handoff],
+        tracing: ModelTracing,
+        *,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+        prompt: ResponsePromptParam | None,
+    ) -> ModelResponse:
+        governance = self._governance
+        ctx = governance.ctx
+        governance.check_tools(tools)
+
+        async def attempt() -> ModelResponse:
+            ctx.reserve_model_call()
+            async with ctx.scope():
+                return await self._inner.get_response(
+                    system_instructions,
+                    input,
+                    model_settings,
+                    tools,
+                    output_schema,
+                    handoffs,
+                    tracing,
+                    previous_response_id=previous_response_id,
+                    conversation_id=conversation_id,
+                    prompt=prompt,
+                )
+
+        response = await governance.executor.execute_async(governance.model_policy, attempt)
+        governance.record_usage(response.usage.input_tokens, response.usage.output_tokens)
+        governance.check_calls(response.output)
+        return response
+
+    async def stream_response(  # noqa: PLR0917 - the SDK's Model signature
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],
+        model_settings: ModelSettings,
+        tools: list[Tool],
+        output_schema: AgentOutputSchemaBase | None,
+        handoffs: list[Handoff],
+        tracing: ModelTracing,
+        *,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+        prompt: ResponsePromptParam | None,
+    ) -> AsyncIterator[TResponseStreamEvent]:
+        """One attempt per stream: opened (and its first event received) under the Model policy.
+
+        A retry can only happen before the first event: after it, events have reached the agent
+        and a second request would repeat them. A failure later in the stream is the stream's.
+        """
+        governance = self._governance
+        ctx = governance.ctx
+        governance.check_tools(tools)
+        events: AsyncIterator[TResponseStreamEvent] | None = None
+
+        async def attempt() -> TResponseStreamEvent:
+            nonlocal events
+            ctx.reserve_model_call()
+            events = self._inner.stream_response(
+                system_instructions,
+                input,
+                model_settings,
+                tools,
+                output_schema,
+                handoffs,
+                tracing,
+                previous_response_id=previous_response_id,
+                conversation_id=conversation_id,
+                prompt=prompt,
+            )
+            try:
+                async with ctx.scope():
+                    return await anext(events)
+            except BaseException:
+                await _close(events)  # a failed attempt's stream is done with; a retry opens anew
+                raise
+
+        event: TResponseStreamEvent | None = await governance.executor.execute_async(
+            governance.model_policy, attempt
+        )
+        assert events is not None
+        try:
+            while event is not None:
+                if isinstance(event, ResponseCompletedEvent):
+                    usage = event.response.usage
+                    if usage is not None:
+                        governance.record_usage(usage.input_tokens, usage.output_tokens)
+                    governance.check_calls(event.response.output)
+                yield event
+                async with ctx.scope():
+                    event = await anext(events, None)
+        finally:
+            await _close(events)
+
+
+async def _close(events: AsyncIterator[TResponseStreamEvent]) -> None:
+    aclose = getattr(events, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+@final
+class _HarnessModelProvider(ModelProvider):
+    """Wraps the user's provider: every ``Model`` it hands out is governed by the run."""
+
+    def __init__(self, inner: ModelProvider, governance: _Governance) -> None:
+        self._inner = inner
+        self.governance = governance
+
+    def get_model(self, model_name: str | None) -> Model:
+        model = self._inner.get_model(model_name)
+        return (
+            model if isinstance(model, _GovernedModel) else _GovernedModel(model, self.governance)
+        )
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+@final
+class _GovernedInvoke:
+    """A governed tool's ``on_invoke_tool``: the SDK's call, through the run's GovernedTools."""
+
+    __slots__ = ("_invoke", "_name")
+
+    def __init__(
+        self, name: str, invoke: Callable[[ToolContext[Any], str], Awaitable[Any]]
+    ) -> None:
+        self._name = name
+        self._invoke = invoke
+
+    async def __call__(self, tool_context: ToolContext[Any], arguments: str) -> Any:
+        governance = _governance_of(tool_context.run_config, "the tool's run_config")
+        try:
+            return await governance.tools.call_async(
+                self._name, tool_context.tool_call_id, self._invoke, tool_context, arguments
+            )
+        except RunTerminated as refused:
+            # The tool never started (or its result did not fit): the run has ended, and the SDK's
+            # next Model call raises this same ending. Siblings already running finish first.
+            return f"diagnosis harness refused this tool call: {refused}"
+
+
+def governed_tool(tool: FunctionTool) -> FunctionTool:
+    """A copy of ``tool`` whose every call is governed by the run of the config it runs under.
+
+    Wrap each function tool once, where the agent is defined; the copy finds its run through the
+    ``RunConfig`` of each agent run (:func:`harness_run_config`), and refuses to run under any
+    other. The name must be a budget key: a non-blank ``str`` (per-Tool limits use it).
+    """
+    if not isinstance(tool, FunctionTool):
+        raise TypeError(f"tool must be an agents.FunctionTool, got {tool!r}")
+    if isinstance(tool.on_invoke_tool, _GovernedInvoke):
+        return tool
+    name = _budget_key(tool.name)
+    return dataclasses.replace(tool, on_invoke_tool=_GovernedInvoke(name, tool.on_invoke_tool))
+
+
+def _governance_of(run_config: object, what: str) -> _Governance:
+    provider = getattr(run_config, "model_provider", None)
+    if not isinstance(run_config, RunConfig) or not isinstance(provider, _HarnessModelProvider):
+        raise ValueError(
+            f"{what} must be built by diagnosis_harness.integrations.openai_agents."
+            f"harness_run_config(ctx), got {type(run_config).__name__} with model_provider "
+            f"{type(provider).__name__}"
+        )
+    return provider.governance
+
+
+def harness_run_config(
+    ctx: RunContext,
+    *,
+    model_policy: RetryPolicy | str = DEFAULT_MODEL_POLICY,
+    tool_policy: RetryPolicy | str = DEFAULT_TOOL_POLICY,
+    executor: HarnessRetryExecutor | None = None,
+    classifier: Classifier | None = None,
+    **kw: Any,
+) -> RunConfig:
+    """A ``RunConfig`` under which an agent run's Model and Tool calls are the run's ``ctx``'s.
+
+    ``model_policy`` and ``tool_policy`` are the run's retry policies (a name in
+    ``ctx.retry_policies`` or a :class:`RetryPolicy`) for Model requests and Tool calls;
+    ``executor`` records every attempt of both (a new one with ``classifier``, by default
+    :func:`~diagnosis_harness.integrations.classify_openai`, if not given). ``kw`` goes to
+    ``RunConfig``: ``model_provider`` (default the SDK's ``MultiProvider``) and a ``Model``
+    given as ``model`` are wrapped; ``model_settings`` gets
+    ``retry=ModelRetrySettings(max_retries=0)`` (any other retry setting is refused) and usage in
+    streams. ``call_model_input_filter`` is the harness's and refused. Everything is checked
+    here; nothing changes the run.
+    """
+    if type(ctx) is not RunContext:
+        raise TypeError(f"ctx must be a RunContext, got {ctx!r}")
+    owned = sorted(_OWNED_KEYS.intersection(kw))
+    if owned:
+        raise TypeError(
+            f"harness_run_config sets {', '.join(owned)} itself; it cannot be passed in kw"
+        )
+    policy = _policy_of(ctx, model_policy)
+    if executor is not None and classifier is not None:
+        raise ValueError("give executor or classifier, not both: the executor has its own")
+    if executor is None:
+        executor = HarnessRetryExecutor(
+            ctx, classifier=classify_openai if classifier is None else classifier
+        )
+    elif type(executor) is not HarnessRetryExecutor:
+        raise TypeError(f"executor must be a HarnessRetryExecutor, got {executor!r}")
+    tools = GovernedTools(ctx, policy=tool_policy, executor=executor)
+    governance = _Governance(ctx, executor, policy, tools)
+
+    config = RunConfig(**kw)  # the SDK checks and coerces the user's settings
+    settings = config.model_settings or ModelSettings()
+    retry = settings.retry
+    if retry is not None and (retry.max_retries not in (None, 0) or retry.policy is not None):
+        raise ValueError(
+            "model_settings.retry must leave retries to the harness (max_retries=0), "
+            f"got {retry!r}: "
+            "set the run's retry policy instead (model_policy=...)"
+        )
+    settings = settings.resolve(
+        ModelSettings(
+            retry=ModelRetrySettings(max_retries=0),
+            include_usage=True if settings.include_usage is None else settings.include_usage,
+        )
+    )
+    provider = config.model_provider
+    if not isinstance(provider, _HarnessModelProvider):
+        provider = _HarnessModelProvider(provider, governance)
+    model = config.model
+    if isinstance(model, Model) and not isinstance(model, _GovernedModel):
+        model = _GovernedModel(model, governance)
+
+    def check_agent_model(data: CallModelData[Any]) -> ModelInputData:
+        # A Model instance on the agent bypasses the provider unless the config names a model.
+        agent_model = data.agent.model
+        if (
+            model is None
+            and isinstance(agent_model, Model)
+            and not isinstance(agent_model, _GovernedModel)
+        ):
+            raise ValueError(
+                f"agent {data.agent.name!r} has its own Model instance, which bypasses the "
+                "harness's model provider: pass it as harness_run_config(ctx, model=...) "
+                "or give the agent a model name"
+            )
+        return data.model_data
+
+    return dataclasses.replace(
+        config,
+        model_provider=provider,
+        model=model,
+        model_settings=settings,
+        call_model_input_filter=check_agent_model,
+    )
+
+
+def _harness_error(error: BaseException) -> RunTerminated | None:
+    """The harness's own ending inside an SDK exception (its cause chain), if there is one."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, RunTerminated):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _finish(ctx: RunContext, error: BaseException | None) -> None:
+    """Record the run's one outcome from how the agent run ended; raise the harness's ending."""
+    if error is None:
+        if ctx.lifecycle.succeed("agent run produced its final output").changed:
+            return
+        ctx.check(Boundary.MODEL)  # the run had already ended: raise its own RunTerminated
+        return
+    harness = _harness_error(error)
+    if harness is error:
+        return  # the caller re-raises it as it is
+    if harness is not None:
+        # Unwrapped from the SDK's exception, its own cause kept (the SDK's names it already).
+        raise harness from harness.__cause__
+    if isinstance(error, Exception):
+        ctx.lifecycle.fail(f"agent run failed: {type(error).__name__}: {error}")
+
+
+async def run_governed(
+    agent: Agent[Any],
+    input: str | list[TResponseInputItem],
+    *,
+    run_config: RunConfig,
+    **runner_kw: Any,
+) -> RunResult:
+    """``Runner.run`` under the run of ``run_config`` (:func:`harness_run_config`).
+
+    The whole agent run is inside ``ctx.scope()``; the run's outcome is recorded from how it
+    ended (see the module). A run that already ended is refused with its ``RunTerminated``
+    before the agent starts.
+    """
+    ctx = _governance_of(run_config, "run_config").ctx
+    ctx.check(Boundary.MODEL)
+    try:
+        async with ctx.scope():
+            result = await Runner.run(agent, input, run_config=run_config, **runner_kw)
+    except BaseException as error:
+        _finish(ctx, error)
+        raise
+    _finish(ctx, None)
+    return result
+
+
+async def run_governed_streamed(
+    agent: Agent[Any],
+    input: str | list[TResponseInputItem],
+    *,
+    run_config: RunConfig,
+    on_event: Callable[[StreamEvent], object] | None = None,
+    **runner_kw: Any,
+) -> RunResultStreaming:
+    """``Runner.run_streamed`` under the run, its events handed to ``on_event`` as they come.
+
+    Returns the completed ``RunResultStreaming`` (``final_output`` set). ``on_event`` may be a
+    plain or an async function. A cancellation or the deadline stops the stream and the SDK's run
+    task (``result.cancel()``); the outcome is recorded as for :func:`run_governed`.
+    """
+    ctx = _governance_of(run_config, "run_config").ctx
+    if on_event is not None and not callable(on_event):
+        raise TypeError(f"on_event must be callable (event -> None), got {on_event!r}")
+    ctx.check(Boundary.MODEL)
+    result = Runner.run_streamed(agent, input, run_config=run_config, **runner_kw)
+    try:
+        async with ctx.scope():
+            async for event in result.stream_events():
+                if on_event is not None:
+                    handled = on_event(event)
+                    if inspect.isawaitable(handled):
+                        await handled
+    except BaseException as error:
+        result.cancel()
+        _finish(ctx, error)
+        raise
+    _finish(ctx, None)
+    return result

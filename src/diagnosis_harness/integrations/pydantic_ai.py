@@ -1,0 +1,247 @@
+"""A pydantic-ai agent governed by a run: ``Agent(..., capabilities=[HarnessCapability(ctx)])``.
+
+Needs the ``pydantic-ai`` extra (``pip install 'diagnosis-harness[pydantic-ai]'``); importing
+this module imports pydantic-ai, and nothing else in the library does.
+
+Theory of operation. pydantic-ai runs a run's hooks in a task of their own, each model request in
+a child task, and each tool call in a task of its own, all the calls of one model answer started
+together; when one of those tasks raises, it cancels the others. So the capability works inside
+those tasks, and never refuses a tool call by raising in one:
+
+- ``wrap_run`` refuses an agent run on a run that has already ended, with the run's
+  ``RunTerminated``; ``after_run`` / ``on_run_error`` record the run's one terminal outcome:
+  ``SUCCESS`` with an output, ``FAILED`` on an exception -- unless the harness ended the run
+  first (cancelled, timed out, budget exhausted), in which case ``agent.run`` raises that
+  ending's ``RunTerminated`` (``BudgetExhausted``, ...), never a wrapper of it.
+- ``wrap_model_request`` runs the request inside ``ctx.scope()``: the run's deadline, or a
+  ``ctx.cancellation.cancel(...)`` from any thread, cancels a request in flight.
+  ``prepare_model_request`` (once per attempt) refuses a model whose SDK client retries on its
+  own (``max_retries`` not 0), then reserves the Model call; ``after_model_request``
+  records the response's actual ``RequestUsage`` and checks every function tool call of the
+  answer -- its name a budget key, its ID a safe key segment -- before any of them runs.
+- ``wrap_tool_execute`` runs each tool call through :class:`~._tools.GovernedTools`: reserved
+  (total and per-tool limits) right before it starts, run under the Tool retry policy, its
+  result's bytes reserved. A refused reservation raises pydantic-ai's ``SkipToolExecution``
+  instead of the refusal, so the calls that fit run and their siblings are not cancelled; the run
+  has ended, and its next boundary (the next model request, or the end of the agent run) raises
+  the run's ``RunTerminated`` out of ``agent.run``. A tool call in flight is not interrupted by
+  the run's end -- a sync tool cannot be, it runs in a worker thread, and one interrupted when a
+  sibling's refusal exhausted the budget would be a call that fit and never ran -- and no tool
+  call starts after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, final
+
+from .._boundary import Boundary
+from .._errors import RunTerminated
+from .._generated.tables import RunState
+from ._extras import missing_extra
+from ._tools import DEFAULT_KEY_PREFIX, DEFAULT_TOOL_POLICY, GovernedTools
+
+try:
+    import pydantic_core
+    from pydantic_ai.capabilities import AbstractCapability, CapabilityOrdering
+    from pydantic_ai.exceptions import SkipToolExecution
+    from pydantic_ai.messages import ModelResponse, ToolCallPart
+except ImportError as error:  # pragma: no cover - the extra is installed wherever tests run
+    if error.name not in ("pydantic_ai", "pydantic_core"):
+        raise
+    raise missing_extra(
+        "pydantic_ai", "pydantic-ai", "diagnosis_harness.integrations.pydantic_ai"
+    ) from error
+
+if TYPE_CHECKING:
+    from pydantic_ai.capabilities.abstract import (
+        ValidatedToolArgs,
+        WrapModelRequestHandler,
+        WrapRunHandler,
+        WrapToolExecuteHandler,
+    )
+    from pydantic_ai.models import ModelRequestContext
+    from pydantic_ai.run import AgentRunResult
+    from pydantic_ai.tools import RunContext as AgentRunContext
+    from pydantic_ai.tools import ToolDefinition
+
+    from .._context import RunContext
+    from .._retry import Classifier, HarnessRetryExecutor
+    from .._retry_policy import RetryPolicy
+
+__all__ = ["HarnessCapability", "tool_result_bytes"]
+
+# The endings the harness decides itself; SUCCESS and FAILED follow how the agent run ended.
+_HARNESS_ENDINGS = frozenset({RunState.CANCELLED, RunState.TIMED_OUT, RunState.BUDGET_EXHAUSTED})
+_REASON_LENGTH = 200  # how much of an exception's text a FAILED reason keeps
+
+
+def tool_result_bytes(result: object) -> int:
+    """A tool result's size as pydantic-ai sends it: a ``str`` as UTF-8, anything else as JSON."""
+    if isinstance(result, str):
+        return len(result.encode("utf-8", "surrogatepass"))
+    return len(pydantic_core.to_json(result, fallback=str))
+
+
+def _refuse_hidden_retries(model: object) -> None:
+    """Refuse a model whose SDK client retries on its own (pydantic-ai's OpenAI, Anthropic, Groq
+    and other models hold one, as ``model.client``, with the SDK's ``max_retries``).
+
+    Those retries happen inside one request: the run would reserve one Model call for up to three
+    sent, and no attempt of theirs would be recorded. A model without such a client passes.
+    """
+    client = getattr(model, "client", None)
+    retries = getattr(client, "max_retries", None)
+    if type(retries) is int and retries != 0:
+        raise ValueError(
+            f"{type(model).__name__}'s {type(client).__qualname__} retries on its own "
+            f"(max_retries={retries}): give its provider a client built with max_retries=0, "
+            "e.g. OpenAIProvider(openai_client=async_openai_client(config))"
+        )
+
+
+@final
+@dataclass(eq=False)
+class HarnessCapability(AbstractCapability[Any]):
+    """Governs every model request and tool call of a pydantic-ai agent run by ``ctx``.
+
+    Use it on the agent (``Agent(..., capabilities=[HarnessCapability(ctx)])``) or for one run
+    (``agent.run(..., capabilities=[...])``). One capability serves one ``RunContext``: the run's
+    one terminal outcome is recorded by the first agent run that ends, and a later agent run on
+    the ended run is refused with its termination.
+
+    ``finishes_run=False`` makes it govern a sub-agent: its requests, tools, deadline and
+    cancellation are the run's as always, but how the sub-agent's run ends records nothing -- the
+    run's terminal outcome is its parent's to decide (a harness ending is still raised).
+
+    ``tool_policy`` is the retry policy tool calls run under (a name in ``ctx.retry_policies``),
+    ``key_prefix`` the first segment of their Tool Call keys, ``classifier`` maps a tool's
+    exceptions to kinds for that policy. All are checked here: a bad one raises at construction.
+    """
+
+    ctx: RunContext
+    tool_policy: RetryPolicy | str = DEFAULT_TOOL_POLICY
+    key_prefix: str = DEFAULT_KEY_PREFIX
+    classifier: Classifier | None = None
+    finishes_run: bool = True
+    _tools: GovernedTools = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if type(self.finishes_run) is not bool:
+            raise TypeError(f"finishes_run must be a bool, got {self.finishes_run!r}")
+        self._tools = GovernedTools(
+            self.ctx,
+            policy=self.tool_policy,
+            key_prefix=self.key_prefix,
+            classifier=self.classifier,
+            measure=tool_result_bytes,
+        )
+
+    @property
+    def tools(self) -> GovernedTools:
+        """The governed-tool wrapper every tool call goes through."""
+        return self._tools
+
+    @property
+    def executor(self) -> HarnessRetryExecutor:
+        """The executor the tool calls run under: its ``executions`` are their attempts."""
+        return self._tools.executor
+
+    def tool_call_key(self, tool_call_id: str) -> str:
+        """The Tool Call key of a tool call (a tool reads its ID from ``ctx.tool_call_id``)."""
+        return self._tools.key(tool_call_id)
+
+    def get_ordering(self) -> CapabilityOrdering:
+        # Outermost: the run's deadline and cancellation enclose every other capability's work,
+        # and what another capability retries is still reserved and recorded here.
+        return CapabilityOrdering(position="outermost")
+
+    # -- the agent run: refused on an ended run, then its one terminal outcome ---------------------
+
+    async def wrap_run(
+        self, ctx: AgentRunContext[Any], *, handler: WrapRunHandler
+    ) -> AgentRunResult[Any]:
+        self.ctx.check(Boundary.MODEL)  # an ended run refuses the agent run: its first step
+        return await handler()
+
+    async def after_run(
+        self, ctx: AgentRunContext[Any], *, result: AgentRunResult[Any]
+    ) -> AgentRunResult[Any]:
+        if self.finishes_run:
+            finish = self.ctx.lifecycle.succeed("the agent run produced its output")
+            if finish.changed or finish.termination.state is RunState.SUCCESS:
+                return result
+        self.ctx.check(Boundary.GUARD)  # an ended run withholds the output: raises its ending
+        return result
+
+    async def on_run_error(
+        self, ctx: AgentRunContext[Any], *, error: BaseException
+    ) -> AgentRunResult[Any]:
+        if isinstance(error, RunTerminated) or not isinstance(error, Exception):
+            raise error  # the run's own ending, or a task cancellation: nothing to record
+        if self.finishes_run:
+            reason = f"the agent run raised {type(error).__name__}: {error}"
+            self.ctx.lifecycle.fail(reason[:_REASON_LENGTH])
+        if self.ctx.lifecycle.state in _HARNESS_ENDINGS:
+            try:
+                self.ctx.check(Boundary.GUARD)  # the harness ended the run first: its ending
+            except RunTerminated as ending:
+                raise ending from error
+        raise error
+
+    # -- model requests: in the run's scope, one Model call per attempt, usage recorded ---------
+
+    async def wrap_model_request(
+        self,
+        ctx: AgentRunContext[Any],
+        *,
+        request_context: ModelRequestContext,
+        handler: WrapModelRequestHandler,
+    ) -> ModelResponse:
+        self.ctx.check(Boundary.MODEL)  # an ended run refuses the request before the scope does
+        async with self.ctx.scope():
+            return await handler(request_context)
+
+    async def prepare_model_request(
+        self, ctx: AgentRunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        _refuse_hidden_retries(request_context.model)
+        self.ctx.reserve_model_call()
+        return request_context
+
+    async def after_model_request(
+        self,
+        ctx: AgentRunContext[Any],
+        *,
+        request_context: ModelRequestContext,
+        response: ModelResponse,
+    ) -> ModelResponse:
+        usage = response.usage
+        self.ctx.record_token_usage(
+            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
+        )
+        # Every function tool call of the answer is checked before any of them starts: a bad one
+        # fails the agent run here, instead of in its own task where its siblings may have run.
+        tools = {tool.name for tool in request_context.model_request_parameters.function_tools}
+        for part in response.parts:
+            if isinstance(part, ToolCallPart) and part.tool_name in tools:
+                self._tools.check(part.tool_name, part.tool_call_id)
+        return response
+
+    # -- tool calls: governed, and a refusal skips the call instead of cancelling its siblings --
+
+    async def wrap_tool_execute(
+        self,
+        ctx: AgentRunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        try:
+            return await self._tools.call_async(call.tool_name, call.tool_call_id, handler, args)
+        except RunTerminated as refused:
+            # Refused before it started (or its result refused): the run has ended, and its next
+            # boundary raises that. Raising here would cancel sibling calls that are running.
+            raise SkipToolExecution(f"refused by the diagnosis run: {refused}") from refused

@@ -1,0 +1,1 @@
+"""Tests of diagnosis_harness.integrations against the real SDKs and a loopback provider."""
