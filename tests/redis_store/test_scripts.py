@@ -8,7 +8,6 @@ disagree fail here.
 
 from __future__ import annotations
 
-import enum
 import re
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -21,6 +20,8 @@ from diagnosis_harness._generated.tables import BUDGET, LIFECYCLE
 from diagnosis_harness.redis._scripts import OPERATIONS, TAKE_PROBE, prelude, script_text
 
 if TYPE_CHECKING:
+    import enum
+
     from diagnosis_harness._machine import MachineTable
 
 TABLES: dict[str, MachineTable[Any, Any]] = {"budget": BUDGET, "lifecycle": LIFECYCLE}

@@ -117,6 +117,7 @@ if TYPE_CHECKING:
     from statemachine import StateMachine
 
     from .. import Registration, RunTermination
+    from .._backend import RunStore
     from .._machine import MachineTable
 
 __all__ = [
@@ -422,6 +423,7 @@ class ProbeConfig:
     policies: RetryPolicies
     capacity_bytes: int | None = None  # a RunCapacityCounter beside the run, if given
     callbacks: int = 0  # callbacks registered when the run is created
+    store: RunStore | None = None  # where the run lives; None: in this process (LocalRun)
 
     def new_run(self, clock: ManualClock) -> RunContext:
         """The run this configuration describes, on ``clock``."""
@@ -432,6 +434,7 @@ class ProbeConfig:
             deadline=Deadline.at_ns(self.deadline_ns),
             clock=clock,
             retry_policies=self.policies,
+            store=self.store,
         )
 
     def new_capacity(self) -> RunCapacityCounter | None:
