@@ -9,10 +9,12 @@ end
 local f = redis.call('HMGET', CAPACITY, 'limit', 'used')
 local used = tonumber(f[2] or '0')
 if f[1] ~= ARGV[4] then return {'limit', f[1], used} end
+if tonumber(ARGV[5]) == 0 then return {'no', f[1], used} end -- a read
 if replayed() then return {'ok', f[1], used} end
-if tonumber(ARGV[5]) > 0 and used + tonumber(ARGV[5]) <= tonumber(f[1]) then
+if used + tonumber(ARGV[5]) <= tonumber(f[1]) then
   used = redis.call('HINCRBY', CAPACITY, 'used', ARGV[5])
-  remember()
+  expire_ops()
   return {'ok', f[1], used}
 end
+release()
 return {'no', f[1], used}

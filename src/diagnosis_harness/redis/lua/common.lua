@@ -18,9 +18,14 @@ local function status(code)
   return {code, f[1], f[2] or '', f[3] or '', f[4] or '', f[5] or '', f[6]}
 end
 
--- An operation that is not idempotent (a grant, a usage report) runs once per id.
+-- An operation that is not idempotent (a grant, a usage report) runs once per id: the id is
+-- claimed first (a retried call finds it and changes nothing) and released if nothing was done.
 local function replayed()
-  return redis.call('HEXISTS', OPS, OP) == 1
+  return redis.call('HSETNX', OPS, OP, 1) == 0
+end
+
+local function release()
+  if OP ~= '' then redis.call('HDEL', OPS, OP) end
 end
 
 local function expire_all()
@@ -28,8 +33,8 @@ local function expire_all()
   for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, ttl) end
 end
 
-local function remember()
-  redis.call('HSET', OPS, OP, 1)
+-- Ids claimed after the run ended expire with its other keys.
+local function expire_ops()
   if redis.call('HGET', RUN, 'state') ~= LIFECYCLE.initial then
     redis.call('PEXPIRE', OPS, redis.call('HGET', RUN, 'ttl_ms'))
   end
@@ -68,6 +73,7 @@ end
 
 -- A reservation not granted: the run is over or past its deadline, else the limit refused it.
 local function refuse(boundary, state, deadline, dimension, detail)
+  release()
   if live(state, deadline) then
     exhaust('reserve', dimension, detail)
   else
@@ -76,9 +82,9 @@ local function refuse(boundary, state, deadline, dimension, detail)
   return status(ENDED_NOW and 'ended_now' or 'ended')
 end
 
--- A grant: the budget steps ACTIVE -> ACTIVE by the table, the id is remembered.
+-- A grant: the budget steps by the table (ACTIVE -> ACTIVE: written only if it moved).
 local function grant(budget)
-  redis.call('HSET', RUN, 'budget', take(BUDGET, budget, 'reserve', 'true'))
-  remember()
+  local target = take(BUDGET, budget, 'reserve', 'true')
+  if target ~= budget then redis.call('HSET', RUN, 'budget', target) end
   return {'ok'}
 end

@@ -1,7 +1,7 @@
 -- A completed Model response's usage, recorded as reported even past a limit (which then
 -- exhausts the budget and ends the run). ARGV[4] input tokens, ARGV[5] output tokens.
-if replayed() then return status('ok') end
 if redis.call('EXISTS', RUN) == 0 then return {'unknown'} end
+if replayed() then return status('ok') end
 local used_in = redis.call('HINCRBY', RUN, 'input_tokens', ARGV[4])
 local used_out = redis.call('HINCRBY', RUN, 'output_tokens', ARGV[5])
 local l = redis.call('HMGET', RUN, 'l_input_tokens', 'l_output_tokens', 'l_total_tokens', 'budget')
@@ -19,5 +19,5 @@ else
   local target = take(BUDGET, l[4], 'record_usage', 'true')
   if target then redis.call('HSET', RUN, 'budget', target) end
 end
-remember()
+expire_ops()
 return status(ENDED_NOW and 'ended_now' or 'ok')

@@ -1,7 +1,7 @@
 -- n bytes of the run's byte budget, all or nothing. ARGV[4] n.
-if replayed() then return status('ok') end
 local f = redis.call('HMGET', RUN, 'state', 'deadline', 'budget', 'l_run_bytes', 'run_bytes')
 if not f[1] then return {'unknown'} end
+if replayed() then return status('ok') end
 if live(f[1], f[2]) and tonumber(f[5]) + tonumber(ARGV[4]) <= tonumber(f[4]) then
   redis.call('HINCRBY', RUN, 'run_bytes', ARGV[4])
   return grant(f[3])

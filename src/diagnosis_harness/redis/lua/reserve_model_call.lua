@@ -1,7 +1,7 @@
 -- One Model call: checked and reserved in one step.
-if replayed() then return status('ok') end
 local f = redis.call('HMGET', RUN, 'state', 'deadline', 'budget', 'l_model_calls', 'model_calls')
 if not f[1] then return {'unknown'} end
+if replayed() then return status('ok') end
 local used = tonumber(f[5])
 if live(f[1], f[2]) and used < tonumber(f[4]) then
   redis.call('HINCRBY', RUN, 'model_calls', 1)

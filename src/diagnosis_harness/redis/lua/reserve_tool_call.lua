@@ -1,10 +1,10 @@
 -- One call of a Tool: the total and the Tool's own counter move together or not at all.
 -- ARGV[4] the Tool's name, ARGV[5] its repr for the reason.
-if replayed() then return status('ok') end
 local tool = ARGV[4]
 local f = redis.call('HMGET', RUN, 'state', 'deadline', 'budget', 'l_tool_calls',
   'l_per_tool_calls', 'tool_calls')
 if not f[1] then return {'unknown'} end
+if replayed() then return status('ok') end
 local limit = redis.call('HGET', LIMITS, tool) or f[5]
 local used = tonumber(redis.call('HGET', TOOLS, tool) or '0')
 local total = tonumber(f[6])
