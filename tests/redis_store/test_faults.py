@@ -9,6 +9,7 @@ the run is gone (``UnknownRun``: nothing is granted on a run the store has lost)
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 import pytest
@@ -95,6 +96,7 @@ def test_a_crash_without_persistence_loses_the_run_and_grants_nothing(
     with pytest.raises(UnknownRun):
         RunContext.attach(session_id="s", run_id="run-1", store=store)
     store.close()
+    store.client.close()
 
 
 def test_a_crash_with_an_append_only_file_keeps_every_acknowledged_operation(
@@ -124,6 +126,7 @@ def test_a_crash_with_an_append_only_file_keeps_every_acknowledged_operation(
         ctx.reserve_tool_call("grep")  # the seventh: the limits survived with the counts
     assert ctx.budget.snapshot().tool_calls == LIMITS.tool_calls
     store.close()
+    store.client.close()
 
 
 def test_an_ending_survives_a_crash_with_an_append_only_file(aof_server: RedisServer) -> None:
@@ -144,6 +147,7 @@ def test_an_ending_survives_a_crash_with_an_append_only_file(aof_server: RedisSe
     assert termination is not None
     assert (got.state, got.reason) == (termination.state, termination.reason)
     store.close()
+    store.client.close()
 
 
 def test_a_pause_past_the_deadline_grants_nothing(fresh_server: RedisServer) -> None:
@@ -173,6 +177,7 @@ def test_a_pause_past_the_deadline_grants_nothing(fresh_server: RedisServer) -> 
     # past a limit.
     assert ctx.budget.snapshot().tool_calls in (1, 2)
     store.close()
+    store.client.close()
     admin.close()
 
 
@@ -189,6 +194,7 @@ def test_a_connection_dropped_between_a_reservation_and_its_usage_report(
     usage = ctx.budget.snapshot()
     assert (usage.model_calls, usage.input_tokens, usage.output_tokens) == (1, 7, 3)
     store.close()
+    store.client.close()
     admin.close()
 
 
@@ -205,3 +211,33 @@ def test_a_retried_script_is_applied_once(client: redis.Redis, namespace: str) -
     usage = ctx.budget.snapshot()
     assert (usage.tool_calls, usage.input_tokens, usage.output_tokens) == (1, 4, 2)
     store.close()
+    store.client.close()
+
+
+def test_an_idle_process_that_reconnects_after_the_cancel_runs_its_callback_once(
+    aof_server: RedisServer,
+) -> None:
+    """Its listener lost the connection, so it never heard the ending published: it re-reads the
+    run when it subscribes again, and runs its callback then, once."""
+    idle_store = RedisRunStore(_client(aof_server), namespace="idle")
+    idle = _run(idle_store, ManualClock())
+    calls: list[CancellationReason] = []
+    ran = threading.Event()
+
+    def callback(reason: CancellationReason) -> None:
+        calls.append(reason)
+        ran.set()
+
+    idle.cancellation.register(callback)
+    aof_server.kill()
+    aof_server.start()  # the idle process's listener reconnects on its own schedule
+    canceller_store = RedisRunStore(_client(aof_server), namespace="idle")
+    canceller = RunContext.attach(session_id="s", run_id="run-1", store=canceller_store)
+    assert canceller.cancellation.cancel(CancellationReason.CLIENT_DISCONNECTED)
+    assert ran.wait(30)  # no operation of the idle process: its listener delivered it
+    assert idle.lifecycle.state is RunState.CANCELLED  # a read of the ending runs nothing again
+    assert calls == [CancellationReason.CLIENT_DISCONNECTED]
+    idle_store.close()
+    idle_store.client.close()
+    canceller_store.close()
+    canceller_store.client.close()
