@@ -198,3 +198,12 @@ def test_bad_input_is_refused_and_changes_nothing(
         ).budget.limits
         == LIMITS
     )
+
+
+def test_a_callback_may_report_usage_when_usage_ends_the_run(store: RedisRunStore) -> None:
+    ctx = _create(store)
+    ctx.cancellation.register(
+        lambda _reason: ctx.record_token_usage(input_tokens=1, output_tokens=0)
+    )
+    ctx.record_token_usage(input_tokens=60, output_tokens=0)  # past the limit: the callback runs
+    assert ctx.budget.snapshot().input_tokens == 61

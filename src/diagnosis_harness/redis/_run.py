@@ -252,14 +252,24 @@ class RedisRun:
         return answer
 
     def _flush(self) -> None:
-        """Send every usage report not yet acknowledged, in order, each with its own id."""
-        with self._unsent_lock:
-            while self._unsent:
-                op_id, input_tokens, output_tokens, run_time = self._unsent[0]
-                answer = self._script(
-                    "record_token_usage", op_id, run_time, input_tokens, output_tokens
-                )
-                self._unsent.pop(0)
+        """Send every usage report not yet acknowledged, in order, each with its own id.
+
+        What the answers say is taken in after the lock is released: a callback an ending runs
+        may report usage itself.
+        """
+        answers: list[list[Any]] = []
+        try:
+            with self._unsent_lock:
+                while self._unsent:
+                    op_id, input_tokens, output_tokens, run_time = self._unsent[0]
+                    answers.append(
+                        self._script(
+                            "record_token_usage", op_id, run_time, input_tokens, output_tokens
+                        )
+                    )
+                    self._unsent.pop(0)
+        finally:
+            for answer in answers:
                 self._learn(answer)
 
     def _read(self) -> list[Any]:
