@@ -204,10 +204,8 @@ def test_a_retried_script_is_applied_once(client: redis.Redis, namespace: str) -
     ctx = _run(store, ManualClock())
     keys = RunKeys.of(namespace, ctx.run_id)  # the keys the run's owner sends its scripts
     for _ in range(3):
-        store.scripts["reserve_tool_call"](
-            keys=keys.all, args=[keys.channel, "op-1", 0, "search", "'search'"]
-        )
-        store.scripts["record_token_usage"](keys=keys.all, args=[keys.channel, "op-2", 0, 4, 2])
+        store.call("reserve_tool_call", keys, [keys.channel, "op-1", 0, "search", "'search'"])
+        store.call("record_token_usage", keys, [keys.channel, "op-2", 0, 4, 2])
     usage = ctx.budget.snapshot()
     assert (usage.tool_calls, usage.input_tokens, usage.output_tokens) == (1, 4, 2)
     store.close()

@@ -66,8 +66,8 @@ class RedisCapacityCounter:
     def _call(self, n: int) -> list[Any]:
         op = f"{self._token}:{next(self._ops)}" if n else ""
         try:
-            answer: list[Any] = self._store.scripts["capacity"](
-                keys=self._keys.all, args=[self._keys.channel, op, 0, self._limit, n]
+            answer = self._store.call(
+                "capacity", self._keys, [self._keys.channel, op, 0, self._limit, n]
             )
         except redis.RedisError as error:
             raise self._store.unavailable(

@@ -240,8 +240,8 @@ class RedisRun:
 
     def _script(self, operation: str, op_id: str, run_time: int, *args: str | int) -> list[Any]:
         try:
-            answer: list[Any] = self._store.scripts[operation](
-                keys=self._keys.all, args=[self._keys.channel, op_id, run_time, *args]
+            answer = self._store.call(
+                operation, self._keys, [self._keys.channel, op_id, run_time, *args]
             )
         except redis.RedisError as error:
             raise self._store.unavailable(

@@ -1,20 +1,28 @@
-"""The server-side scripts: one per operation, each one atomic step on the run's keys.
+"""The server-side scripts: one Redis Function per operation, each one atomic step on a run.
 
-Theory of operation. Each operation's script is the text of ``lua/<operation>.lua`` after two
-shared parts: a prelude rendered here from the generated tables -- the rows of the budget and
-lifecycle machines (``model/budget.toml``, ``model/lifecycle.toml``) and the signal each ending
-sends (:data:`~diagnosis_harness._endings.ENDINGS`) -- and ``lua/common.lua``, the steps every
-operation shares. So no state name or transition is written in Lua by hand: a script steps a
+Theory of operation. The library loaded into Redis (``FUNCTION LOAD``, Redis 7) holds one
+function per operation, whose body is ``lua/<operation>.lua``, after two shared parts: a prelude
+rendered here from the generated tables -- the rows of the budget and lifecycle machines
+(``model/budget.toml``, ``model/lifecycle.toml``) and the signal each ending sends
+(:data:`~diagnosis_harness._endings.ENDINGS`) -- and ``lua/common.lua``, the steps every operation
+shares. A library's top level runs once, when it is loaded, so a call runs its operation's steps
+and nothing else. The library's name and its functions' names carry a digest of the text, so
+versions of the library side by side on one server never mix.
+
+No state name or transition is written in Lua by hand: a function steps a
 machine with ``take(machine, state, event, guard)``, which reads the rendered rows the way
 :meth:`~diagnosis_harness._machine.MachineTable.take` reads the table (a terminal state absorbs
-the event, an event with no row is an error). ``tests/redis/test_scripts.py`` runs ``take`` on
+the event, an event with no row is an error). ``tests/redis_store/test_scripts.py`` runs ``take`` on
 the server for every (state, event, guard) and compares it with the table.
 """
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass
+from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, final
 
 from .._endings import ENDINGS
 from .._generated.tables import BUDGET, LIFECYCLE
@@ -24,7 +32,7 @@ if TYPE_CHECKING:
 
     from .._machine import MachineTable
 
-__all__ = ["OPERATIONS", "TAKE_PROBE", "prelude", "script_text"]
+__all__ = ["OPERATIONS", "TAKE_PROBE", "Library", "library", "prelude", "script_text"]
 
 OPERATIONS: Final = (
     "create",
@@ -128,3 +136,32 @@ def script_text(operation: str) -> str:
     if operation not in OPERATIONS:
         raise ValueError(f"unknown operation {operation!r}: one of {', '.join(OPERATIONS)}")
     return "\n".join([prelude(), _lua("common"), _lua(operation)])
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Library:
+    """The Redis Function library: its text and the function of each operation."""
+
+    name: str
+    text: str
+    functions: dict[str, str]  # operation -> function name
+
+
+@cache
+def library() -> Library:
+    """The library of every operation's function, named by a digest of its text."""
+    bodies = {operation: _lua(operation) for operation in OPERATIONS}
+    shared = "\n".join([prelude(), _lua("common")])
+    digest = hashlib.sha256("\n".join([shared, *bodies.values()]).encode()).hexdigest()[:16]
+    name = f"diagnosis_harness_{digest}"
+    functions = {operation: f"{name}_{operation}" for operation in OPERATIONS}
+    parts = [f"#!lua name={name}", shared]
+    for operation, body in bodies.items():
+        parts += [
+            f"redis.register_function('{functions[operation]}', function(KEYS, ARGV)",
+            "begin(KEYS, ARGV)",
+            body,
+            "end)",
+        ]
+    return Library(name=name, text="\n".join(parts), functions=functions)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -25,11 +24,9 @@ from .._limits import BudgetDimension, BudgetLimits
 from ._capacity import RedisCapacityCounter
 from ._listener import Listener
 from ._run import RedisRun
-from ._scripts import OPERATIONS, script_text
+from ._scripts import library
 
 if TYPE_CHECKING:
-    from redis.commands.core import Script
-
     from .._cancellation import CallbackErrorHandler
     from .._clock import Clock
 
@@ -84,7 +81,7 @@ class RedisRunStore:
     per client is enough for every run of a process. :meth:`close` stops its listener thread.
     """
 
-    __slots__ = ("_expire_after_ms", "_listener", "_lock", "client", "namespace", "scripts")
+    __slots__ = ("_expire_after_ms", "_listener", "client", "namespace")
 
     def __init__(
         self, client: redis.Redis, *, namespace: str, expire_after: float = 86_400.0
@@ -107,13 +104,15 @@ class RedisRunStore:
             )
         self.client: Final = client
         try:
-            client.ping()
+            version = str(client.info("server").get("redis_version", "0"))
         except redis.RedisError as error:
             raise self.unavailable("the client is not connected", error) from error
-        self.scripts: Final[dict[str, Script]] = {
-            operation: client.register_script(script_text(operation)) for operation in OPERATIONS
-        }
-        self._lock = threading.Lock()
+        if int(version.split(".", maxsplit=1)[0]) < 7:
+            raise ValueError(f"RedisRunStore needs Redis 7.0 or later (Functions); got {version}")
+        try:
+            self._load()
+        except redis.RedisError as error:
+            raise self.unavailable("FUNCTION LOAD", error) from error
         self._listener = Listener(client)
 
     # -- what RunContext calls ----------------------------------------------------------------
@@ -260,10 +259,29 @@ class RedisRunStore:
 
     def _call(self, operation: str, keys: RunKeys, args: list[str | int], what: str) -> list[Any]:
         try:
-            answer: list[Any] = self.scripts[operation](keys=keys.all, args=args)
+            return self.call(operation, keys, args)
         except redis.RedisError as error:
             raise self.unavailable(what, error) from error
+
+    def call(self, operation: str, keys: RunKeys, args: list[str | int]) -> list[Any]:
+        """``FCALL`` of ``operation``'s function on the run's keys: its answer. Loads the library
+        again if the server lost it (a restart without persistence); raises ``RedisError``."""
+        function = library().functions[operation]
+        try:
+            answer: list[Any] = self.client.fcall(function, len(keys.all), *keys.all, *args)
+        except redis.ResponseError as error:
+            if "function not found" not in str(error).lower():
+                raise
+            self._load()
+            answer = self.client.fcall(function, len(keys.all), *keys.all, *args)
         return answer
+
+    def _load(self) -> None:
+        try:
+            self.client.function_load(library().text)
+        except redis.ResponseError as error:
+            if "already exists" not in str(error):
+                raise
 
     def __repr__(self) -> str:
         kwargs = self.client.connection_pool.connection_kwargs

@@ -1,5 +1,5 @@
--- Shared by every operation's script; run after the prelude, which _scripts.py renders from the
--- generated tables (model/budget.toml, model/lifecycle.toml) and ENDINGS: BUDGET, LIFECYCLE,
+-- Shared by every operation's function; loaded after the prelude, which _scripts.py renders from
+-- the generated tables (model/budget.toml, model/lifecycle.toml) and ENDINGS: BUDGET, LIFECYCLE,
 -- SIGNAL and take(). No state name or transition is written here by hand.
 --
 -- KEYS: the run's hash, its per-Tool counts, the ids of the operations it applied, its per-Tool
@@ -7,9 +7,16 @@
 -- ARGV[1] the channel an ending is published on, ARGV[2] this operation's id (a retried call
 -- sends the same one), ARGV[3] the boundary's clock reading on the run's timeline (ns).
 -- Times are strings of integer nanoseconds; they go through tonumber() only to be compared.
-local RUN, TOOLS, OPS, LIMITS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local CHANNEL, OP, NOW = ARGV[1], ARGV[2], ARGV[3]
-local ENDED_NOW = false -- set when this script recorded the run's ending
+-- begin() sets these for the call: the server runs one function at a time, to its end.
+local RUN, TOOLS, OPS, LIMITS, CHANNEL, OP, NOW, ALL_KEYS
+local ENDED_NOW = false -- set when this call recorded the run's ending
+
+local function begin(keys, args)
+  RUN, TOOLS, OPS, LIMITS = keys[1], keys[2], keys[3], keys[4]
+  CHANNEL, OP, NOW = args[1], args[2], args[3]
+  ALL_KEYS = keys
+  ENDED_NOW = false
+end
 
 -- What a caller learns of the run: {code, state, reason, at, signal, exhausted, budget}.
 local function status(code)
@@ -30,7 +37,7 @@ end
 
 local function expire_all()
   local ttl = redis.call('HGET', RUN, 'ttl_ms')
-  for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, ttl) end
+  for _, key in ipairs(ALL_KEYS) do redis.call('PEXPIRE', key, ttl) end
 end
 
 -- Ids claimed after the run ended expire with its other keys.
