@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisRunStore", "RunKeys"]
 
-_PARTS: Final = ("run", "tools", "ops", "limits", "capacity")
+_PARTS: Final = ("run", "tools", "ops", "capacity")
 _LUA_EXACT: Final = 2**53  # Lua compares numbers as doubles: every limit must be below this
 
 

@@ -1,6 +1,6 @@
 -- The run's capacity counter: n bytes if used + n <= limit, all or nothing. ARGV[4] the limit,
 -- ARGV[5] n (0 only reads). Returns {code, limit, used}; the first counter made sets the limit.
-local CAPACITY = KEYS[5]
+local CAPACITY = KEYS[4]
 if redis.call('EXISTS', RUN) == 0 then return {'unknown'} end
 if redis.call('HSETNX', CAPACITY, 'limit', ARGV[4]) == 1
     and redis.call('HGET', RUN, 'state') ~= LIFECYCLE.initial then

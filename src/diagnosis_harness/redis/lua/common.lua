@@ -2,17 +2,18 @@
 -- the generated tables (model/budget.toml, model/lifecycle.toml) and ENDINGS: BUDGET, LIFECYCLE,
 -- SIGNAL and take(). No state name or transition is written here by hand.
 --
--- KEYS: the run's hash, its per-Tool counts, the ids of the operations it applied, its per-Tool
--- limits, its capacity counter -- one hash tag, one Cluster slot.
+-- KEYS: the run's hash, its per-Tool hash (a Tool's count in 'n:<tool>', its own limit, if it
+-- has one, in 'l:<tool>': one read for both), the ids of the operations it applied, its capacity
+-- counter -- one hash tag, one Cluster slot.
 -- ARGV[1] the channel an ending is published on, ARGV[2] this operation's id (a retried call
 -- sends the same one), ARGV[3] the boundary's clock reading on the run's timeline (ns).
 -- Times are strings of integer nanoseconds; they go through tonumber() only to be compared.
 -- begin() sets these for the call: the server runs one function at a time, to its end.
-local RUN, TOOLS, OPS, LIMITS, CHANNEL, OP, NOW, ALL_KEYS
+local RUN, TOOLS, OPS, CHANNEL, OP, NOW, ALL_KEYS
 local ENDED_NOW = false -- set when this call recorded the run's ending
 
 local function begin(keys, args)
-  RUN, TOOLS, OPS, LIMITS = keys[1], keys[2], keys[3], keys[4]
+  RUN, TOOLS, OPS = keys[1], keys[2], keys[3]
   CHANNEL, OP, NOW = args[1], args[2], args[3]
   ALL_KEYS = keys
   ENDED_NOW = false

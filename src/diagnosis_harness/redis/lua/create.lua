@@ -8,7 +8,7 @@ while ARGV[i] ~= '--limits--' do
 end
 i = i + 1
 while ARGV[i] do
-  redis.call('HSET', LIMITS, ARGV[i], ARGV[i + 1])
+  redis.call('HSET', TOOLS, 'l:' .. ARGV[i], ARGV[i + 1])
   i = i + 2
 end
 redis.call('HSET', RUN, 'state', LIFECYCLE.initial, 'budget', BUDGET.initial)

@@ -5,12 +5,13 @@ local f = redis.call('HMGET', RUN, 'state', 'deadline', 'budget', 'l_tool_calls'
   'l_per_tool_calls', 'tool_calls')
 if not f[1] then return {'unknown'} end
 if replayed() then return status('ok') end
-local limit = redis.call('HGET', LIMITS, tool) or f[5]
-local used = tonumber(redis.call('HGET', TOOLS, tool) or '0')
+local t = redis.call('HMGET', TOOLS, 'n:' .. tool, 'l:' .. tool)
+local limit = t[2] or f[5]
+local used = tonumber(t[1] or '0')
 local total = tonumber(f[6])
 if live(f[1], f[2]) and total < tonumber(f[4]) and used < tonumber(limit) then
   redis.call('HINCRBY', RUN, 'tool_calls', 1)
-  redis.call('HINCRBY', TOOLS, tool, 1)
+  redis.call('HINCRBY', TOOLS, 'n:' .. tool, 1)
   return grant(f[3])
 end
 if total >= tonumber(f[4]) then
