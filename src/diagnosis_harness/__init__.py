@@ -8,6 +8,7 @@ are state machines generated from the tables in ``model/``.
 
 from __future__ import annotations
 
+from ._backend import RunStore
 from ._boundary import Boundary
 from ._budget import Budget
 from ._cancellation import (
@@ -94,6 +95,7 @@ __all__ = [
     "RunFinished",
     "RunScope",
     "RunState",
+    "RunStore",
     "RunStoreConflict",
     "RunStoreError",
     "RunStoreUnavailable",

@@ -92,6 +92,11 @@ def test_limits_lua_cannot_compare_exactly_are_refused(store: RedisRunStore) -> 
     )
     with pytest.raises(ValueError, match=r"model_calls must be below 2\*\*53"):
         _create(store, limits=too_big)
+    ctx = _create(store)
+    with pytest.raises(ValueError, match=r"input_tokens must be below 2\*\*53"):
+        ctx.record_token_usage(input_tokens=2**53, output_tokens=0)
+    assert ctx.budget.snapshot().input_tokens == 0  # refused whole: nothing queued or recorded
+    ctx.record_token_usage(input_tokens=1, output_tokens=0)
 
 
 def test_keys_share_one_hash_tag_and_expire_after_the_run_ends(

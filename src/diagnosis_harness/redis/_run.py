@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = ["RedisRun"]
 
 _RUNNING: Final = RunState.RUNNING.value
+_LUA_EXACT: Final = 2**53  # the store adds counts in Lua, exact below this
 
 
 def _text(value: bytes | str) -> str:
@@ -192,6 +193,9 @@ class RedisRun:
         self._decide(Boundary.CAPACITY, self._run("reserve_bytes", now_ns, n, op=True))
 
     def record_token_usage(self, input_tokens: int, output_tokens: int, now_ns: int) -> None:
+        for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
+            if value >= _LUA_EXACT:  # a report the store could not add exactly is refused whole
+                raise ValueError(f"{name} must be below 2**53 in a RedisRunStore, got {value}")
         op = self._next_op()
         with self._unsent_lock:
             self._unsent.append((op, input_tokens, output_tokens, now_ns + self._offset))
