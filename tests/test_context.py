@@ -6,6 +6,7 @@ import ast
 import asyncio
 import dataclasses
 import gc
+import threading
 import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -373,3 +374,54 @@ def test_a_cancellation_kept_after_its_run_was_let_go_still_cancels() -> None:
     assert cancellation.cancel(CancellationReason.SHUTDOWN) is True
     assert seen == [CancellationReason.SHUTDOWN]
     assert cancellation.reason is CancellationReason.SHUTDOWN
+
+
+class _UntouchedStore:
+    """A store whose methods fail the test: bad arguments must be refused before it is asked."""
+
+    def create_run(self, **_kwargs: Any) -> Any:
+        raise AssertionError("create_run was called")
+
+    def attach_run(self, **_kwargs: Any) -> Any:
+        raise AssertionError("attach_run was called")
+
+
+def test_a_store_is_asked_only_with_arguments_that_were_checked() -> None:
+    good = diagnosis_harness.BudgetLimits(
+        model_calls=1,
+        tool_calls=1,
+        per_tool_calls=1,
+        input_tokens=1,
+        output_tokens=1,
+        total_tokens=1,
+        run_bytes=1,
+    )
+    store: Any = _UntouchedStore()
+    with pytest.raises(TypeError, match="store must be a run store"):
+        diagnosis_harness.RunContext.create(
+            session_id="s",
+            run_id="r",
+            limits=good,
+            timeout=1,
+            store=object(),  # type: ignore[arg-type]  # the point
+        )
+    lock = threading.Lock()
+    with pytest.raises(ValueError, match="_lock is for a run in this process"):
+        diagnosis_harness.RunContext.create(
+            session_id="s", run_id="r", limits=good, timeout=1, store=store, _lock=lock
+        )
+    with pytest.raises(TypeError, match="store must be a run store"):
+        diagnosis_harness.RunContext.attach(session_id="s", run_id="r", store=object())  # type: ignore[arg-type]  # the point
+    with pytest.raises(TypeError, match="limits must be BudgetLimits or None"):
+        diagnosis_harness.RunContext.attach(session_id="s", run_id="r", store=store, limits={})  # type: ignore[arg-type]  # the point
+    with pytest.raises(TypeError, match="retry_policies must be RetryPolicies"):
+        diagnosis_harness.RunContext.attach(
+            session_id="s",
+            run_id="r",
+            store=store,
+            retry_policies=[],  # type: ignore[arg-type]  # the point
+        )
+    with pytest.raises(diagnosis_harness.InvalidRunIdentity):
+        diagnosis_harness.RunContext.attach(session_id=" ", run_id="r", store=store)
+    with pytest.raises(TypeError, match="clock must have monotonic_ns"):
+        diagnosis_harness.RunContext.attach(session_id="s", run_id="r", store=store, clock=object())  # type: ignore[arg-type]  # the point

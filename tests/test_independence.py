@@ -47,6 +47,7 @@ def test_core_modules_are_found() -> None:
     for known in KNOWN_CORE:
         assert f"diagnosis_harness.{known}" in names
     assert not any(".codegen" in name or ".integrations" in name for name in names)
+    assert not any(name.startswith("diagnosis_harness.redis") for name in names)  # an extra
 
 
 def test_the_probe_would_see_a_forbidden_import() -> None:

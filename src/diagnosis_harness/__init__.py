@@ -8,6 +8,7 @@ are state machines generated from the tables in ``model/``.
 
 from __future__ import annotations
 
+from ._backend import RunStore
 from ._boundary import Boundary
 from ._budget import Budget
 from ._cancellation import (
@@ -27,8 +28,12 @@ from ._errors import (
     InvalidRunIdentity,
     RunCancelled,
     RunFinished,
+    RunStoreConflict,
+    RunStoreError,
+    RunStoreUnavailable,
     RunTerminated,
     RunTimedOut,
+    UnknownRun,
     UnsafeKeySegment,
 )
 from ._failure import FailureKind, HarnessFailure
@@ -90,12 +95,17 @@ __all__ = [
     "RunFinished",
     "RunScope",
     "RunState",
+    "RunStore",
+    "RunStoreConflict",
+    "RunStoreError",
+    "RunStoreUnavailable",
     "RunTerminated",
     "RunTermination",
     "RunTimedOut",
     "StopReason",
     "SystemClock",
     "ToolCallKeyFactory",
+    "UnknownRun",
     "UnsafeKeySegment",
     "__version__",
 ]

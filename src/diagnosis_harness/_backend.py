@@ -21,6 +21,14 @@ The contract every implementation keeps:
 * **Refusals raise** the :class:`~diagnosis_harness.RunTerminated` subclass that
   :func:`~._endings.error_for` gives for the run's termination; arguments were validated by the
   handles before they reach here.
+
+A :class:`RunStore` makes owners that live outside this process (``RedisRunStore`` of the
+``redis`` extra): ``RunContext.create(..., store=...)`` publishes a new run in it and
+``RunContext.attach(...)`` opens one another process published. An owner from a store keeps the
+contract above across every process attached to the run, and adds one rule: **it fails closed**.
+When the store cannot be reached or does not answer in time the operation raises
+:class:`~diagnosis_harness.RunStoreUnavailable`, no work is granted and nothing is recorded in
+this process as if it had been.
 """
 
 from __future__ import annotations
@@ -29,12 +37,13 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ._boundary import Boundary
-    from ._cancellation import CancellationCallback
+    from ._cancellation import CallbackErrorHandler, CancellationCallback
+    from ._clock import Clock
     from ._endings import CancellationReason, FinishResult, RunTermination
     from ._generated.tables import BudgetState, LifecycleEvent, RunState
     from ._limits import BudgetDimension, BudgetLimits, BudgetUsage
 
-__all__ = ["CancellationOwner", "RunBackend"]
+__all__ = ["CancellationOwner", "RunBackend", "RunStore"]
 
 
 class CancellationOwner(Protocol):
@@ -97,3 +106,39 @@ class RunBackend(CancellationOwner, Protocol):
 
     def snapshot(self) -> BudgetUsage:
         """Every counter, read in one decision."""
+
+
+class RunStore(Protocol):
+    """Where runs shared by several processes live; makes their owners. See the module docstring.
+
+    Arguments reach a store validated by ``RunContext``, but for what only the store knows is
+    unsafe (a run ID that would make an unsafe key, say), which it refuses before it writes.
+    """
+
+    def create_run(
+        self,
+        *,
+        session_id: str,
+        run_id: str,
+        limits: BudgetLimits,
+        deadline_ns: int,
+        clock: Clock,
+        on_callback_error: CallbackErrorHandler,
+    ) -> RunBackend:
+        """Publish a new run and return its owner in this process; refuse an existing run ID.
+
+        ``deadline_ns`` is on ``clock``'s timeline; the store keeps it as one instant every
+        process maps onto its own clock.
+        """
+
+    def attach_run(
+        self,
+        *,
+        session_id: str,
+        run_id: str,
+        clock: Clock,
+        on_callback_error: CallbackErrorHandler,
+    ) -> RunBackend:
+        """The owner, in this process, of a run published before; refuse an unknown run ID or a
+        session ID that differs from the stored one. Its ``limits`` are the stored ones and its
+        ``deadline_ns`` the stored instant on ``clock``'s timeline."""

@@ -20,7 +20,7 @@ from ._boundary import Boundary
 from ._budget import Budget
 from ._cancellation import Cancellation, checked_error_handler
 from ._clock import Clock, Deadline, SystemClock
-from ._errors import InvalidRunIdentity, InvalidRunIdentityType
+from ._errors import InvalidRunIdentity, InvalidRunIdentityType, RunStoreConflict
 from ._lifecycle import Lifecycle
 from ._limits import BudgetLimits
 from ._retry_policy import RetryPolicies
@@ -31,13 +31,30 @@ from ._validate import non_blank_str, non_negative_int, positive_int, seconds
 if TYPE_CHECKING:
     import threading
 
-    from ._backend import RunBackend
+    from ._backend import RunBackend, RunStore
     from ._cancellation import CallbackErrorHandler
 
 __all__ = ["RunContext"]
 
 _CREATE_KEY = object()  # only RunContext.create holds it: the parts must belong to one run
 _NOT_BUILT: Any = None  # the default that lets a direct call reach the TypeError that says so
+
+
+def _checked_clock(clock: Clock | None) -> Clock:
+    if clock is None:
+        return SystemClock()
+    if not callable(getattr(clock, "monotonic_ns", None)):
+        raise TypeError(f"clock must have monotonic_ns() -> int, got {clock!r}")
+    return clock
+
+
+def _checked_store(store: RunStore) -> RunStore:
+    for method in ("create_run", "attach_run"):
+        if not callable(getattr(store, method, None)):
+            raise TypeError(
+                f"store must be a run store (RedisRunStore, say) with {method}(), got {store!r}"
+            )
+    return store
 
 
 def _identity(name: str, value: object) -> str:
@@ -84,6 +101,7 @@ class RunContext:
         clock: Clock | None = None,
         retry_policies: RetryPolicies | None = None,
         on_callback_error: CallbackErrorHandler | None = None,
+        store: RunStore | None = None,
         _lock: threading.Lock | None = None,
     ) -> RunContext:
         """Validate everything, then build one run's context.
@@ -93,15 +111,20 @@ class RunContext:
         ``TypeError`` when it is not a ``str``) before any part of the run exists.
         ``on_callback_error(error, callback)`` receives what a cancellation callback raised
         (default: logged). ``_lock`` lets the model checks' scheduler supply the run's lock.
+
+        With ``store`` (a ``RedisRunStore``, say) the run is published there, for other processes
+        to :meth:`attach` to, and its state lives there; a run ID the store holds already raises
+        :class:`~diagnosis_harness.RunStoreConflict`. Without it the run lives in this process.
         """
         session_id = _identity("session_id", session_id)
         run_id = _identity("run_id", run_id)
         if type(limits) is not BudgetLimits:
             raise TypeError(f"limits must be BudgetLimits, got {limits!r}")
-        if clock is None:
-            clock = SystemClock()
-        elif not callable(getattr(clock, "monotonic_ns", None)):
-            raise TypeError(f"clock must have monotonic_ns() -> int, got {clock!r}")
+        clock = _checked_clock(clock)
+        if store is not None:
+            store = _checked_store(store)
+            if _lock is not None:
+                raise ValueError("_lock is for a run in this process; a store's run has none")
         if (deadline is None) == (timeout is None):
             raise ValueError("give exactly one of deadline and timeout")
         if deadline is None:
@@ -112,13 +135,100 @@ class RunContext:
             retry_policies = RetryPolicies.defaults()
         elif type(retry_policies) is not RetryPolicies:
             raise TypeError(f"retry_policies must be RetryPolicies, got {retry_policies!r}")
-        run = LocalRun(
-            limits=limits,
-            deadline_ns=deadline.instant_ns,
+        handler = checked_error_handler(on_callback_error)
+        run: RunBackend
+        if store is None:
+            run = LocalRun(
+                limits=limits,
+                deadline_ns=deadline.instant_ns,
+                clock=clock,
+                on_callback_error=handler,
+                lock=_lock,
+            )
+        else:
+            run = store.create_run(
+                session_id=session_id,
+                run_id=run_id,
+                limits=limits,
+                deadline_ns=deadline.instant_ns,
+                clock=clock,
+                on_callback_error=handler,
+            )
+        return cls._of(
+            session_id=session_id,
+            run_id=run_id,
+            deadline=deadline,
+            clock=clock,
+            retry_policies=retry_policies,
+            run=run,
+        )
+
+    @classmethod
+    def attach(
+        cls,
+        *,
+        session_id: str,
+        run_id: str,
+        store: RunStore,
+        clock: Clock | None = None,
+        limits: BudgetLimits | None = None,
+        retry_policies: RetryPolicies | None = None,
+        on_callback_error: CallbackErrorHandler | None = None,
+    ) -> RunContext:
+        """A context on a run another process published with ``create(..., store=...)``.
+
+        The run's limits and deadline are the stored ones; the deadline, one instant for every
+        process, is mapped onto ``clock`` (see the store's documentation for how). ``limits``,
+        when given, must equal the stored ones, else :class:`~diagnosis_harness.RunStoreConflict`
+        -- a worker that expects other limits than the run has is a configuration error. An
+        unknown run raises :class:`~diagnosis_harness.UnknownRun`, a ``session_id`` other than
+        the stored one ``RunStoreConflict``. Retry policies and the callback error handler are
+        this process's own.
+        """
+        session_id = _identity("session_id", session_id)
+        run_id = _identity("run_id", run_id)
+        store = _checked_store(store)
+        if limits is not None and type(limits) is not BudgetLimits:
+            raise TypeError(f"limits must be BudgetLimits or None, got {limits!r}")
+        clock = _checked_clock(clock)
+        if retry_policies is None:
+            retry_policies = RetryPolicies.defaults()
+        elif type(retry_policies) is not RetryPolicies:
+            raise TypeError(f"retry_policies must be RetryPolicies, got {retry_policies!r}")
+        run = store.attach_run(
+            session_id=session_id,
+            run_id=run_id,
             clock=clock,
             on_callback_error=checked_error_handler(on_callback_error),
-            lock=_lock,
         )
+        if limits is not None and limits != run.limits:
+            raise RunStoreConflict(
+                repr(store),
+                f"run {run_id!r} is stored with limits {run.limits!r}, "
+                f"not the limits given: {limits!r}",
+            )
+        deadline = Deadline.at_ns(run.deadline_ns)
+        return cls._of(
+            session_id=session_id,
+            run_id=run_id,
+            deadline=deadline,
+            clock=clock,
+            retry_policies=retry_policies,
+            run=run,
+        )
+
+    @classmethod
+    def _of(
+        cls,
+        *,
+        session_id: str,
+        run_id: str,
+        deadline: Deadline,
+        clock: Clock,
+        retry_policies: RetryPolicies,
+        run: RunBackend,
+    ) -> RunContext:
+        """The context whose handles are views of ``run``."""
         return cls(
             session_id,
             run_id,

@@ -22,8 +22,12 @@ __all__ = [
     "InvalidRunIdentityType",
     "RunCancelled",
     "RunFinished",
+    "RunStoreConflict",
+    "RunStoreError",
+    "RunStoreUnavailable",
     "RunTerminated",
     "RunTimedOut",
+    "UnknownRun",
     "UnsafeKeySegment",
 ]
 
@@ -48,6 +52,39 @@ class InvalidRunIdentityType(InvalidRunIdentity, TypeError):
 @final
 class UnsafeKeySegment(HarnessError, ValueError):
     """A key segment that is blank, too long, or holds a character outside ``[A-Za-z0-9_.-]``."""
+
+
+class RunStoreError(HarnessError):
+    """A run store (where a run shared by several processes lives) could not do what was asked.
+
+    ``store`` describes the store (``RedisRunStore(namespace='diag', ...)``, say); the message
+    starts with it. :class:`RunStoreUnavailable` is the store not answering; the others are a
+    request the store refuses: a run ID that exists already, an unknown run, a session ID or
+    limits that differ from the stored ones (those are also ``ValueError`` or ``LookupError``).
+    """
+
+    def __init__(self, store: str, message: str) -> None:
+        self.store = store
+        super().__init__(f"{store}: {message}")
+
+
+@final
+class RunStoreUnavailable(RunStoreError):
+    """The store could not be reached or did not answer in time: no work was granted.
+
+    Nothing was recorded in this process as if it had been; the operation may be tried again.
+    """
+
+
+@final
+class RunStoreConflict(RunStoreError, ValueError):
+    """The store refuses the request: the run exists already, or its stored session ID or limits
+    differ from the ones given."""
+
+
+@final
+class UnknownRun(RunStoreError, LookupError):
+    """No run with that ID is stored (never created, or expired after it ended)."""
 
 
 @final

@@ -19,7 +19,7 @@ from typing import Final, final
 
 from ._errors import UnsafeKeySegment
 
-__all__ = ["MAX_SEGMENT_LENGTH", "ToolCallKeyFactory"]
+__all__ = ["MAX_SEGMENT_LENGTH", "ToolCallKeyFactory", "safe_segment"]
 
 MAX_SEGMENT_LENGTH: Final = 128
 """The longest segment (prefix, run ID or Tool Call ID) accepted, in characters."""
@@ -43,7 +43,7 @@ def _shown(value: str) -> str:
     return f"{value[:_SHOWN_CHARACTERS]!r}... ({len(value)} characters)"
 
 
-def _check_segment(name: str, value: object) -> str:
+def safe_segment(name: str, value: object) -> str:
     """Return ``value`` unchanged if it is a safe segment, else raise naming the argument ``name``.
 
     Raises ``TypeError`` when ``value`` is not exactly a ``str`` and :class:`UnsafeKeySegment`
@@ -88,7 +88,7 @@ class ToolCallKeyFactory:
     __slots__ = ("_prefix",)
 
     def __init__(self, prefix: str) -> None:
-        self._prefix: Final = _check_segment("prefix", prefix)  # a safe segment, never rebound
+        self._prefix: Final = safe_segment("prefix", prefix)  # a safe segment, never rebound
 
     @property
     def prefix(self) -> str:
@@ -97,8 +97,8 @@ class ToolCallKeyFactory:
 
     def key(self, run_id: str, tool_call_id: str) -> str:
         """Return ``f"{prefix}:{run_id}:{tool_call_id}"`` with the IDs exactly as given."""
-        run_id = _check_segment("run_id", run_id)
-        tool_call_id = _check_segment("tool_call_id", tool_call_id)
+        run_id = safe_segment("run_id", run_id)
+        tool_call_id = safe_segment("tool_call_id", tool_call_id)
         return _SEPARATOR.join((self._prefix, run_id, tool_call_id))
 
     def __repr__(self) -> str:

@@ -111,6 +111,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from .. import Registration, RunTermination
+    from .._backend import RunStore
     from .._machine import MachineTable
     from ._coverage import TransitionCoverage
     from ._models import ModelInstance, ModelRunner
@@ -257,6 +258,7 @@ class ProbeConfig:
     policies: RetryPolicies
     capacity_bytes: int | None = None  # a RunCapacityCounter beside the run, if given
     callbacks: int = 0  # callbacks registered when the run is created
+    store: RunStore | None = None  # where the run lives; None: in this process (LocalRun)
 
     def new_run(self, clock: ManualClock) -> RunContext:
         """The run this configuration describes, on ``clock``."""
@@ -267,6 +269,7 @@ class ProbeConfig:
             deadline=Deadline.at_ns(self.deadline_ns),
             clock=clock,
             retry_policies=self.policies,
+            store=self.store,
         )
 
     def new_capacity(self) -> RunCapacityCounter | None:

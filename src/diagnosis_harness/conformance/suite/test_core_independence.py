@@ -36,7 +36,7 @@ FORBIDDEN = (
     "pytest",
     "hypothesis",
 )
-NOT_CORE = ("codegen", "integrations", "__main__", "modelcheck", "conformance")
+NOT_CORE = ("codegen", "integrations", "__main__", "modelcheck", "conformance", "redis")
 
 
 def core_modules() -> list[str]:

@@ -1,0 +1,15 @@
+"""One run across many processes: a run store in Redis (the ``redis`` extra, on redis-py).
+
+``RunContext.create(..., store=RedisRunStore(client, namespace=...))`` publishes a run in Redis;
+``RunContext.attach(session_id=..., run_id=..., store=...)`` opens it in any other process. The
+run means what it means in one process (``docs/workers.md``): every operation is one server-side
+script, the first ending wins everywhere, every attached process runs its own callbacks exactly
+once, and a store that does not answer refuses work with ``RunStoreUnavailable``.
+"""
+
+from __future__ import annotations
+
+from ._capacity import RedisCapacityCounter
+from ._store import RedisRunStore
+
+__all__ = ["RedisCapacityCounter", "RedisRunStore"]

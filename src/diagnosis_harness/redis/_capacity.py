@@ -1,0 +1,88 @@
+"""``RedisCapacityCounter``: a run's capacity counter, shared by every process of the run.
+
+The same contract as :class:`~diagnosis_harness.RunCapacityCounter` -- ``try_reserve(n)`` adds
+``n`` only if the sum still fits the limit, all or nothing, and a rejection changes nothing --
+with the check and the add one server-side script (``lua/capacity.lua``) on a key under the run's
+hash tag, which expires with the run's other keys. The first counter made for a run sets its
+limit; a counter made with another limit is refused, as a configuration error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from typing import TYPE_CHECKING, Any, Final, final
+
+import redis
+
+from .._errors import RunStoreConflict
+from .._validate import positive_int
+
+if TYPE_CHECKING:
+    from ._store import RedisRunStore, RunKeys
+
+__all__ = ["RedisCapacityCounter"]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@final
+class RedisCapacityCounter:
+    """Reserves byte counts for one stored run, up to ``limit_bytes`` across every process.
+
+    Made by :meth:`RedisRunStore.capacity_counter`. A store that does not answer raises
+    :class:`~diagnosis_harness.RunStoreUnavailable` (nothing reserved); a retried call is
+    applied once.
+    """
+
+    __slots__ = ("_keys", "_limit", "_ops", "_store", "_token")
+
+    def __init__(self, store: RedisRunStore, keys: RunKeys, limit_bytes: int) -> None:
+        self._limit: Final = positive_int("limit_bytes", limit_bytes)
+        self._store = store
+        self._keys = keys
+        self._token = uuid.uuid4().hex
+        self._ops = itertools.count()
+        self._call(0)  # the limit is checked against the stored one now, not at first use
+
+    def try_reserve(self, n: int) -> bool:
+        """Reserve ``n`` bytes and return ``True`` if ``used + n <= limit``, else ``False``."""
+        return _text(self._call(positive_int("n", n))[0]) == "ok"
+
+    @property
+    def used(self) -> int:
+        return int(self._call(0)[2])
+
+    @property
+    def limit(self) -> int:
+        return self._limit
+
+    @property
+    def remaining(self) -> int:
+        return self._limit - self.used
+
+    def _call(self, n: int) -> list[Any]:
+        op = f"{self._token}:{next(self._ops)}" if n else ""
+        try:
+            answer = self._store.call(
+                "capacity", self._keys, [self._keys.channel, op, 0, self._limit, n]
+            )
+        except redis.RedisError as error:
+            raise self._store.unavailable(
+                f"capacity of run {self._keys.run_id!r}", error
+            ) from error
+        code = _text(answer[0])
+        if code == "unknown":
+            raise self._store.unknown(self._keys.run_id)
+        if code == "limit":
+            raise RunStoreConflict(
+                repr(self._store),
+                f"the capacity counter of run {self._keys.run_id!r} has limit "
+                f"{_text(answer[1])} bytes, not {self._limit}",
+            )
+        return answer
+
+    def __repr__(self) -> str:
+        return f"RedisCapacityCounter(run_id={self._keys.run_id!r}, limit_bytes={self._limit})"

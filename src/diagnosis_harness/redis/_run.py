@@ -1,0 +1,339 @@
+"""``RedisRun``: the owner, in this process, of a run whose state lives in Redis.
+
+Theory of operation. The run's state -- lifecycle state and termination, the first cancellation
+reason, the budget's state, counters and exhausted limit -- is a hash (and the per-Tool counts a
+second one) under the run's hash tag; every operation is one server-side script
+(:mod:`._scripts`), so each decision is atomic across every process attached to the run.
+
+What this process keeps is only what is its own: its callbacks and whether it has run them (a
+:class:`~diagnosis_harness._cancellation.CancelSignal`), the termination once it has read it
+(it never changes), and the usage reports the store has not acknowledged yet. Every answer of a
+script carries the run's state: an owner that reads an ending -- in its own operation, in a read
+of a property, or woken by the store's listener -- signals its ``CancelSignal`` with the stored
+reason, which runs this process's callbacks exactly once. The thread whose operation recorded
+the ending waits until they have run, wherever they ran, before it returns.
+
+Time. Redis holds every instant on the *run's timeline*: nanoseconds since the run was created,
+on the Redis server's clock. Each process maps its own clock onto it once, when it creates or
+attaches: ``offset = run_time_now - clock.monotonic_ns()``, with ``run_time_now`` read from the
+server's ``TIME`` (halfway through the round trip). A boundary sends ``now_ns + offset``; the
+deadline and every termination's ``at_ns`` come back as ``stored - offset``, on the process's own
+clock. So all processes compare against one instant; a process's error is half a round trip plus
+its clock's drift since it attached, and the hosts' wall clocks do not matter.
+
+Fail closed. A Redis error is :class:`~diagnosis_harness.RunStoreUnavailable`: nothing was
+granted. A grant or a usage report carries an id the script remembers, so a call the client
+retries after a lost connection is applied once. A usage report the store did not acknowledge is
+kept and sent again, with the same id, before this process's next operation on the run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import uuid
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final, NoReturn, final
+
+import redis
+
+from .._boundary import Boundary
+from .._cancellation import CancelSignal
+from .._endings import CancellationReason, FinishResult, RunTermination, ending_of_cancel, error_for
+from .._errors import RunStoreUnavailable, UnknownRun
+from .._generated.tables import BudgetState, LifecycleEvent, RunState
+from .._limits import BudgetDimension, BudgetLimits, BudgetUsage
+
+if TYPE_CHECKING:
+    from .._cancellation import CallbackErrorHandler, CancellationCallback
+    from .._clock import Clock
+    from ._store import RedisRunStore, RunKeys
+
+__all__ = ["RedisRun"]
+
+_RUNNING: Final = RunState.RUNNING.value
+_LUA_EXACT: Final = 2**53  # the store adds counts in Lua, exact below this
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@final
+class RedisRun:
+    """One run's owner in this process; implements :class:`~._backend.RunBackend`. Thread-safe.
+
+    Fixed when made: the store, the keys, ``limits``, ``offset`` (this process's clock onto the
+    run's timeline), the clock. Under ``_lock``: ``_signal`` (this process's callbacks). Set once
+    and never changed: ``_termination`` (read from the store), ``_delivered`` (this process's
+    callbacks have run). ``_unsent``, under ``_unsent_lock``: usage reports to send again.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_clock",
+        "_delivered",
+        "_deliverer",
+        "_keys",
+        "_limits",
+        "_lock",
+        "_offset",
+        "_ops",
+        "_signal",
+        "_store",
+        "_termination",
+        "_token",
+        "_unsent",
+        "_unsent_lock",
+        "deadline_ns",
+    )
+
+    def __init__(
+        self,
+        *,
+        store: RedisRunStore,
+        keys: RunKeys,
+        limits: BudgetLimits,
+        deadline_ns: int,
+        offset: int,
+        clock: Clock,
+        on_callback_error: CallbackErrorHandler,
+    ) -> None:
+        self._store = store
+        self._keys = keys
+        self._limits = limits
+        self.deadline_ns = deadline_ns  # the stored instant on this process's clock
+        self._offset = offset
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._signal = CancelSignal(on_callback_error)
+        self._termination: RunTermination | None = None
+        self._delivered = threading.Event()
+        self._deliverer: int | None = None  # the thread that runs this process's callbacks
+        self._token = uuid.uuid4().hex  # this owner's operation ids: token:n
+        self._ops = itertools.count()
+        self._unsent: list[tuple[str, int, int, int]] = []  # (op id, in, out, run time)
+        self._unsent_lock = threading.Lock()
+
+    # -- reading ------------------------------------------------------------------------------
+
+    @property
+    def limits(self) -> BudgetLimits:
+        return self._limits
+
+    @property
+    def state(self) -> RunState:
+        termination = self.termination
+        return RunState.RUNNING if termination is None else termination.state
+
+    @property
+    def termination(self) -> RunTermination | None:
+        if self._termination is None:
+            self.refresh()
+        return self._termination
+
+    @property
+    def reason(self) -> CancellationReason | None:
+        if self._signal.reason is None:
+            self.refresh()
+        return self._signal.reason
+
+    @property
+    def budget_state(self) -> BudgetState:
+        return BudgetState(_text(self._learn(self._read())[6]))
+
+    @property
+    def exhausted(self) -> BudgetDimension | None:
+        return self._dimension(self._learn(self._read()))
+
+    def snapshot(self) -> BudgetUsage:
+        answer = self._learn(self._run("snapshot"))
+        model_calls, tool_calls, input_tokens, output_tokens, run_bytes = (
+            int(answer[i] or 0) for i in range(7, 12)
+        )
+        rest = answer[12:]
+        per_tool = {_text(rest[i]): int(rest[i + 1]) for i in range(0, len(rest), 2)}
+        return BudgetUsage(
+            model_calls=model_calls,
+            tool_calls=tool_calls,
+            per_tool_calls=MappingProxyType(per_tool),
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            total_tokens=input_tokens + output_tokens,
+            run_bytes=run_bytes,
+            exhausted=self._dimension(answer),
+        )
+
+    def refresh(self) -> None:
+        """Read the run's stored state; an ending read here runs this process's callbacks."""
+        self._learn(self._read())
+
+    def refresh_from_listener(self) -> None:
+        """The listener's :meth:`refresh`: never raises; forgets the run once delivered."""
+        try:
+            self.refresh()
+        except (RunStoreUnavailable, UnknownRun):
+            return  # the listener re-reads on its next connection; the operations read anyway
+        if self._delivered.is_set():
+            self._store.forget(self._keys.channel)
+
+    # -- the gate and the reservations ----------------------------------------------------------
+
+    def check(self, boundary: Boundary, now_ns: int) -> None:
+        self._decide(boundary, self._run("check", now_ns, boundary.name))
+
+    def reserve_model_call(self, now_ns: int) -> None:
+        self._decide(Boundary.MODEL, self._run("reserve_model_call", now_ns, op=True))
+
+    def reserve_tool_call(self, tool: str, now_ns: int) -> None:
+        answer = self._run("reserve_tool_call", now_ns, tool, repr(tool), op=True)
+        self._decide(Boundary.TOOL, answer)
+
+    def reserve_bytes(self, n: int, now_ns: int) -> None:
+        self._decide(Boundary.CAPACITY, self._run("reserve_bytes", now_ns, n, op=True))
+
+    def record_token_usage(self, input_tokens: int, output_tokens: int, now_ns: int) -> None:
+        for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
+            if value >= _LUA_EXACT:  # a report the store could not add exactly is refused whole
+                raise ValueError(f"{name} must be below 2**53 in a RedisRunStore, got {value}")
+        op = self._next_op()
+        with self._unsent_lock:
+            self._unsent.append((op, input_tokens, output_tokens, now_ns + self._offset))
+        self._flush()  # raises RunStoreUnavailable while the store does not answer
+
+    # -- endings --------------------------------------------------------------------------------
+
+    def finish(self, event: LifecycleEvent, reason: str) -> FinishResult:
+        answer = self._learn(self._run("finish", self._clock.monotonic_ns(), event.value, reason))
+        termination = self._termination
+        assert termination is not None  # set by this ending or an earlier one
+        return FinishResult(changed=_text(answer[0]) == "ended_now", termination=termination)
+
+    def cancel(self, reason: CancellationReason) -> bool:
+        ending = ending_of_cancel(reason)
+        answer = self._run(
+            "cancel",
+            self._clock.monotonic_ns(),
+            reason.value,
+            ending.event.value,
+            f"cancelled: {reason.name}",
+        )
+        self._learn(answer)
+        return _text(answer[0]) == "ended_now"
+
+    def register(self, callback: CancellationCallback) -> int | None:
+        self.refresh()  # a run that ended elsewhere runs the callback inside register()
+        return self._signal.register(self._lock, callback)
+
+    def unregister(self, key: int) -> bool:
+        return self._signal.unregister(self._lock, key)
+
+    # -- talking to the store -------------------------------------------------------------------
+
+    def _next_op(self) -> str:
+        return f"{self._token}:{next(self._ops)}"
+
+    def _run(
+        self, operation: str, now_ns: int = 0, *args: str | int, op: bool = False
+    ) -> list[Any]:
+        """Send what is unsent, then run ``operation``'s script: its answer."""
+        if self._unsent:
+            self._flush()
+        op_id = self._next_op() if op else ""
+        return self._script(operation, op_id, now_ns + self._offset, *args)
+
+    def _script(self, operation: str, op_id: str, run_time: int, *args: str | int) -> list[Any]:
+        try:
+            answer = self._store.call(
+                operation, self._keys, [self._keys.channel, op_id, run_time, *args]
+            )
+        except redis.RedisError as error:
+            raise self._store.unavailable(
+                f"{operation} on run {self._keys.run_id!r}", error
+            ) from error
+        if _text(answer[0]) == "unknown":
+            raise self._store.unknown(self._keys.run_id)
+        return answer
+
+    def _flush(self) -> None:
+        """Send every usage report not yet acknowledged, in order, each with its own id.
+
+        What the answers say is taken in after the lock is released: a callback an ending runs
+        may report usage itself.
+        """
+        answers: list[list[Any]] = []
+        try:
+            with self._unsent_lock:
+                while self._unsent:
+                    op_id, input_tokens, output_tokens, run_time = self._unsent[0]
+                    answers.append(
+                        self._script(
+                            "record_token_usage", op_id, run_time, input_tokens, output_tokens
+                        )
+                    )
+                    self._unsent.pop(0)
+        finally:
+            for answer in answers:
+                self._learn(answer)
+
+    def _read(self) -> list[Any]:
+        """The run's stored state, as a script's answer (one command: atomic)."""
+        fields = ("state", "reason", "at", "signal", "exhausted", "budget")
+        try:
+            values = self._store.client.hmget(self._keys.run, fields)
+        except redis.RedisError as error:
+            raise self._store.unavailable(f"read of run {self._keys.run_id!r}", error) from error
+        if values[0] is None:
+            raise self._store.unknown(self._keys.run_id)
+        return ["ok", *(b"" if v is None else v for v in values)]
+
+    # -- what an answer says --------------------------------------------------------------------
+
+    def _learn(self, answer: list[Any]) -> list[Any]:
+        """Take in the state ``answer`` carries: an ending runs this process's callbacks."""
+        if len(answer) > 1 and self._termination is None and _text(answer[1]) != _RUNNING:
+            at_ns = int(answer[3]) - self._offset
+            termination = RunTermination(RunState(_text(answer[1])), _text(answer[2]), at_ns)
+            with self._lock:
+                if self._termination is None:
+                    self._termination = termination
+        if self._termination is not None and not self._delivered.is_set():
+            self._deliver(CancellationReason(_text(answer[4])), ended_now=False)
+        if _text(answer[0]) == "ended_now":
+            self._await_delivery()
+        return answer
+
+    def _deliver(self, reason: CancellationReason, *, ended_now: bool) -> None:
+        with self._lock:
+            pending = self._signal.signal(reason)
+            if pending is not None:
+                self._deliverer = threading.get_ident()
+        if pending is not None:
+            try:
+                self._signal.deliver(pending, reason)
+            finally:
+                self._delivered.set()
+        elif ended_now:
+            self._await_delivery()
+
+    def _await_delivery(self) -> None:
+        """The caller whose operation ended the run returns after the callbacks ran."""
+        if self._deliverer != threading.get_ident():
+            self._delivered.wait()
+
+    def _dimension(self, answer: list[Any]) -> BudgetDimension | None:
+        exhausted = _text(answer[5])
+        return BudgetDimension(exhausted) if exhausted else None
+
+    def _decide(self, boundary: Boundary, answer: list[Any]) -> None:
+        if _text(answer[0]) == "ok":
+            return
+        self._refuse(boundary, self._learn(answer))
+
+    def _refuse(self, boundary: Boundary, answer: list[Any]) -> NoReturn:
+        termination = self._termination
+        assert termination is not None
+        raise error_for(termination, boundary, self._dimension(answer))
+
+    def __repr__(self) -> str:
+        return f"RedisRun(run_id={self._keys.run_id!r}, store={self._store!r})"

@@ -1,0 +1,289 @@
+"""``RedisRunStore``: runs that live in Redis, shared by every process attached to them.
+
+Theory of operation. A store is a Redis client, a namespace and how long a run's keys outlive its
+ending. It validates what it is given once, loads the scripts of :mod:`._scripts`, and makes the
+owners (:class:`~._run.RedisRun`) of the runs ``RunContext.create(..., store=...)`` publishes and
+``RunContext.attach(...)`` opens. The keys of a run are built from safe segments, the way
+:class:`~diagnosis_harness.ToolCallKeyFactory` builds Tool Call keys, with the run ID as the hash
+tag: ``{namespace}:{{run_id}}:{part}``, so one run lives in one Redis Cluster slot and every
+script touches keys of one slot only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, final
+
+import redis
+
+from .._errors import RunStoreConflict, RunStoreUnavailable, UnknownRun
+from .._keys import safe_segment
+from .._limits import BudgetDimension, BudgetLimits
+from ._capacity import RedisCapacityCounter
+from ._listener import Listener
+from ._run import RedisRun
+from ._scripts import library
+
+if TYPE_CHECKING:
+    from .._cancellation import CallbackErrorHandler
+    from .._clock import Clock
+
+__all__ = ["RedisRunStore", "RunKeys"]
+
+_PARTS: Final = ("run", "tools", "ops", "capacity")
+_LUA_EXACT: Final = 2**53  # Lua compares numbers as doubles: every limit must be below this
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class RunKeys:
+    """The keys of one run: ``{namespace}:{{run_id}}:{part}``, one hash tag."""
+
+    run_id: str
+    run: str
+    channel: str
+    all: tuple[str, ...]  # the scripts' KEYS, in the order common.lua names them
+
+    @classmethod
+    def of(cls, namespace: str, run_id: str) -> RunKeys:
+        safe_segment("run_id", run_id)
+        base = f"{namespace}:{{{run_id}}}"
+        keys = tuple(f"{base}:{part}" for part in _PARTS)
+        return cls(run_id=run_id, run=keys[0], channel=f"{base}:ended", all=keys)
+
+
+def _limits_json(limits: BudgetLimits) -> str:
+    """The limits as the store keeps them: canonical JSON, so equal limits are equal strings."""
+    values: dict[str, object] = {d.value: getattr(limits, d.value) for d in BudgetDimension}
+    values["per_tool_overrides"] = dict(sorted(limits.per_tool_overrides.items()))
+    return json.dumps(values, sort_keys=True, separators=(",", ":"))
+
+
+def _limits_of(text: str) -> BudgetLimits:
+    values = json.loads(text)
+    return BudgetLimits(**values)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@final
+class RedisRunStore:
+    """Runs kept in Redis, under ``namespace``; pass it to ``RunContext.create`` / ``attach``.
+
+    ``client`` is a connected :class:`redis.Redis` with a finite ``socket_timeout`` (redis-py's
+    default is 5 s): a store that does not answer in time is an error, never a hang.
+    ``namespace`` is a safe key segment (``[A-Za-z0-9_.-]``, 1 to 128 characters); a run's keys
+    expire ``expire_after`` seconds (default a day) after the run ends. Thread-safe; one store
+    per client is enough for every run of a process. :meth:`close` stops its listener thread.
+    """
+
+    __slots__ = ("_expire_after_ms", "_listener", "client", "namespace")
+
+    def __init__(
+        self, client: redis.Redis, *, namespace: str, expire_after: float = 86_400.0
+    ) -> None:
+        if not isinstance(client, redis.Redis):
+            raise TypeError(f"client must be a redis.Redis, got {client!r}")
+        self.namespace: Final = safe_segment("namespace", namespace)
+        if type(expire_after) not in (int, float) or not (
+            math.isfinite(expire_after) and expire_after > 0
+        ):
+            raise ValueError(
+                f"expire_after must be a finite number of seconds > 0, got {expire_after!r}"
+            )
+        self._expire_after_ms = max(1, round(expire_after * 1000))
+        timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+        if timeout is None:
+            raise ValueError(
+                "client must have a socket_timeout (seconds): without one a Redis that stops "
+                "answering blocks every boundary instead of failing it"
+            )
+        self.client: Final = client
+        try:
+            version = str(client.info("server").get("redis_version", "0"))
+        except redis.RedisError as error:
+            raise self.unavailable("the client is not connected", error) from error
+        if int(version.split(".", maxsplit=1)[0]) < 7:
+            raise ValueError(f"RedisRunStore needs Redis 7.0 or later (Functions); got {version}")
+        try:
+            self._load()
+        except redis.RedisError as error:
+            raise self.unavailable("FUNCTION LOAD", error) from error
+        self._listener = Listener(client)
+
+    # -- what RunContext calls ----------------------------------------------------------------
+
+    def create_run(
+        self,
+        *,
+        session_id: str,
+        run_id: str,
+        limits: BudgetLimits,
+        deadline_ns: int,
+        clock: Clock,
+        on_callback_error: CallbackErrorHandler,
+    ) -> RedisRun:
+        """Publish a new run; :class:`RunStoreConflict` if the ID exists (see ``RunStore``)."""
+        keys = RunKeys.of(self.namespace, run_id)
+        for name, value in (*((d.value, getattr(limits, d.value)) for d in BudgetDimension),):
+            if value >= _LUA_EXACT:
+                raise ValueError(f"{name} must be below 2**53 in a RedisRunStore, got {value}")
+        for tool, value in limits.per_tool_overrides.items():
+            if value >= _LUA_EXACT:
+                raise ValueError(f"per_tool_overrides[{tool!r}] must be below 2**53, got {value}")
+        origin_ns = self._server_time_ns()
+        offset = -clock.monotonic_ns()  # run time 0 is this clock's now
+        fields: list[str | int] = [
+            "session_id", session_id,
+            "limits", _limits_json(limits),
+            "origin_ns", origin_ns,
+            "deadline", deadline_ns + offset,
+            "ttl_ms", self._expire_after_ms,
+            "model_calls", 0, "tool_calls", 0, "input_tokens", 0, "output_tokens", 0,
+            "run_bytes", 0,
+        ]  # fmt: skip
+        for dimension in BudgetDimension:
+            fields += [f"l_{dimension.value}", getattr(limits, dimension.value)]
+        fields.append("--limits--")
+        for tool, value in limits.per_tool_overrides.items():
+            fields += [tool, value]
+        answer = self._call("create", keys, ["", "", 0, *fields], f"create of run {run_id!r}")
+        if _text(answer[0]) == "exists":
+            raise RunStoreConflict(repr(self), f"run {run_id!r} exists already in the store")
+        return self._owner(
+            keys=keys,
+            limits=limits,
+            deadline_ns=deadline_ns,
+            offset=offset,
+            clock=clock,
+            on_callback_error=on_callback_error,
+        )
+
+    def attach_run(
+        self,
+        *,
+        session_id: str,
+        run_id: str,
+        clock: Clock,
+        on_callback_error: CallbackErrorHandler,
+    ) -> RedisRun:
+        """The owner of a stored run; :class:`UnknownRun` or :class:`RunStoreConflict` else."""
+        keys = RunKeys.of(self.namespace, run_id)
+        try:
+            stored = self.client.hmget(keys.run, ("session_id", "limits", "origin_ns", "deadline"))
+        except redis.RedisError as error:
+            raise self.unavailable(f"attach to run {run_id!r}", error) from error
+        session, limits_text, origin, deadline = stored
+        if session is None or limits_text is None or origin is None or deadline is None:
+            raise self.unknown(run_id)
+        if _text(session) != session_id:
+            raise RunStoreConflict(
+                repr(self),
+                f"run {run_id!r} belongs to session {_text(session)!r}, not {session_id!r}",
+            )
+        before = clock.monotonic_ns()
+        server_ns = self._server_time_ns()
+        after = clock.monotonic_ns()
+        offset = server_ns - int(origin) - (before + after) // 2
+        return self._owner(
+            keys=keys,
+            limits=_limits_of(_text(limits_text)),
+            deadline_ns=int(deadline) - offset,
+            offset=offset,
+            clock=clock,
+            on_callback_error=on_callback_error,
+        )
+
+    # -- the run's capacity counter -----------------------------------------------------------
+
+    def capacity_counter(self, run_id: str, limit_bytes: int) -> RedisCapacityCounter:
+        """The capacity counter of a stored run, shared by every process; see the class."""
+        return RedisCapacityCounter(self, RunKeys.of(self.namespace, run_id), limit_bytes)
+
+    # -- for the owners -------------------------------------------------------------------------
+
+    def unavailable(self, what: str, error: Exception) -> RunStoreUnavailable:
+        """The error of an operation the store did not answer: nothing was granted."""
+        return RunStoreUnavailable(
+            repr(self), f"{what} failed, nothing granted: {type(error).__name__}: {error}"
+        )
+
+    def unknown(self, run_id: str) -> UnknownRun:
+        return UnknownRun(
+            repr(self),
+            f"no run {run_id!r} is stored (never created, expired after it ended, "
+            "or lost when a server without persistence restarted)",
+        )
+
+    def forget(self, channel: str) -> None:
+        self._listener.forget(channel)
+
+    def close(self) -> None:
+        """Stop the listener thread; the runs stay in Redis and their owners keep working, but
+        callbacks run only when an owner reads an ending."""
+        self._listener.close()
+
+    def _owner(
+        self,
+        *,
+        keys: RunKeys,
+        limits: BudgetLimits,
+        deadline_ns: int,
+        offset: int,
+        clock: Clock,
+        on_callback_error: CallbackErrorHandler,
+    ) -> RedisRun:
+        run = RedisRun(
+            store=self,
+            keys=keys,
+            limits=limits,
+            deadline_ns=deadline_ns,
+            offset=offset,
+            clock=clock,
+            on_callback_error=on_callback_error,
+        )
+        self._listener.watch(keys.channel, run)
+        run.refresh()  # attached after the ending: the callbacks are due at once
+        return run
+
+    def _server_time_ns(self) -> int:
+        try:
+            seconds, micros = self.client.time()
+        except redis.RedisError as error:
+            raise self.unavailable("TIME", error) from error
+        return (int(seconds) * 1_000_000 + int(micros)) * 1_000
+
+    def _call(self, operation: str, keys: RunKeys, args: list[str | int], what: str) -> list[Any]:
+        try:
+            return self.call(operation, keys, args)
+        except redis.RedisError as error:
+            raise self.unavailable(what, error) from error
+
+    def call(self, operation: str, keys: RunKeys, args: list[str | int]) -> list[Any]:
+        """``FCALL`` of ``operation``'s function on the run's keys: its answer. Loads the library
+        again if the server lost it (a restart without persistence); raises ``RedisError``."""
+        function = library().functions[operation]
+        try:
+            answer: list[Any] = self.client.fcall(function, len(keys.all), *keys.all, *args)
+        except redis.ResponseError as error:
+            if "function not found" not in str(error).lower():
+                raise
+            self._load()
+            answer = self.client.fcall(function, len(keys.all), *keys.all, *args)
+        return answer
+
+    def _load(self) -> None:
+        try:
+            self.client.function_load(library().text)
+        except redis.ResponseError as error:
+            if "already exists" not in str(error):
+                raise
+
+    def __repr__(self) -> str:
+        kwargs = self.client.connection_pool.connection_kwargs
+        where = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
+        return f"RedisRunStore(namespace={self.namespace!r}, server={where!r})"

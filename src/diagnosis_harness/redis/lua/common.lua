@@ -1,0 +1,98 @@
+-- Shared by every operation's function; loaded after the prelude, which _scripts.py renders from
+-- the generated tables (model/budget.toml, model/lifecycle.toml) and ENDINGS: BUDGET, LIFECYCLE,
+-- SIGNAL and take(). No state name or transition is written here by hand.
+--
+-- KEYS: the run's hash, its per-Tool hash (a Tool's count in 'n:<tool>', its own limit, if it
+-- has one, in 'l:<tool>': one read for both), the ids of the operations it applied, its capacity
+-- counter -- one hash tag, one Cluster slot.
+-- ARGV[1] the channel an ending is published on, ARGV[2] this operation's id (a retried call
+-- sends the same one), ARGV[3] the boundary's clock reading on the run's timeline (ns).
+-- Times are strings of integer nanoseconds; they go through tonumber() only to be compared.
+-- begin() sets these for the call: the server runs one function at a time, to its end.
+local RUN, TOOLS, OPS, CHANNEL, OP, NOW, ALL_KEYS
+local ENDED_NOW = false -- set when this call recorded the run's ending
+
+local function begin(keys, args)
+  RUN, TOOLS, OPS = keys[1], keys[2], keys[3]
+  CHANNEL, OP, NOW = args[1], args[2], args[3]
+  ALL_KEYS = keys
+  ENDED_NOW = false
+end
+
+-- What a caller learns of the run: {code, state, reason, at, signal, exhausted, budget}.
+local function status(code)
+  local f = redis.call('HMGET', RUN, 'state', 'reason', 'at', 'signal', 'exhausted', 'budget')
+  if not f[1] then return {'unknown'} end
+  return {code, f[1], f[2] or '', f[3] or '', f[4] or '', f[5] or '', f[6]}
+end
+
+-- An operation that is not idempotent (a grant, a usage report) runs once per id: the id is
+-- claimed first (a retried call finds it and changes nothing) and released if nothing was done.
+local function replayed()
+  return redis.call('HSETNX', OPS, OP, 1) == 0
+end
+
+local function release()
+  if OP ~= '' then redis.call('HDEL', OPS, OP) end
+end
+
+local function expire_all()
+  local ttl = redis.call('HGET', RUN, 'ttl_ms')
+  for _, key in ipairs(ALL_KEYS) do redis.call('PEXPIRE', key, ttl) end
+end
+
+-- Ids claimed after the run ended expire with its other keys.
+local function expire_ops()
+  if redis.call('HGET', RUN, 'state') ~= LIFECYCLE.initial then
+    redis.call('PEXPIRE', OPS, redis.call('HGET', RUN, 'ttl_ms'))
+  end
+end
+
+-- Record the ending `event` leads to, unless the run has ended; the first ending wins.
+local function end_run(event, reason, at)
+  local target = take(LIFECYCLE, redis.call('HGET', RUN, 'state'), event, 'none')
+  if not target then return false end
+  redis.call('HSET', RUN, 'state', target, 'reason', reason, 'at', at)
+  local signal = SIGNAL[event]
+  if signal then redis.call('HSETNX', RUN, 'signal', signal) end
+  expire_all()
+  redis.call('PUBLISH', CHANNEL, target)
+  ENDED_NOW = true
+  return true
+end
+
+local function live(state, deadline)
+  return state == LIFECYCLE.initial and tonumber(NOW) < tonumber(deadline)
+end
+
+local function time_out(boundary)
+  local deadline = redis.call('HGET', RUN, 'deadline')
+  end_run('time_out', 'deadline exceeded: now ' .. NOW .. ' ns >= deadline ' .. deadline ..
+    ' ns, first seen at the ' .. boundary .. ' boundary', NOW)
+end
+
+-- The refused reservation or the usage past a limit: EXHAUSTED, and the run ends.
+local function exhaust(event, dimension, detail)
+  local target = take(BUDGET, redis.call('HGET', RUN, 'budget'), event, 'false')
+  if not target then return end -- exhausted already; the run ended then
+  redis.call('HSET', RUN, 'budget', target, 'exhausted', dimension)
+  end_run('exhaust_budget', dimension .. ' limit ' .. detail, NOW)
+end
+
+-- A reservation not granted: the run is over or past its deadline, else the limit refused it.
+local function refuse(boundary, state, deadline, dimension, detail)
+  release()
+  if live(state, deadline) then
+    exhaust('reserve', dimension, detail)
+  else
+    time_out(boundary)
+  end
+  return status(ENDED_NOW and 'ended_now' or 'ended')
+end
+
+-- A grant: the budget steps by the table (ACTIVE -> ACTIVE: written only if it moved).
+local function grant(budget)
+  local target = take(BUDGET, budget, 'reserve', 'true')
+  if target ~= budget then redis.call('HSET', RUN, 'budget', target) end
+  return {'ok'}
+end

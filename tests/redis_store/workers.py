@@ -1,0 +1,173 @@
+"""What each process of the race tests does: attach to one run and act on it.
+
+Started with the ``spawn`` start method (a fresh interpreter, as a worker on another host would
+be), so each function takes only what pickles: the server's port, the store's namespace, the run
+ID, and multiprocessing's own barriers, events and queues. Each returns what it saw on ``out``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from diagnosis_harness import (
+    Boundary,
+    BudgetExhausted,
+    CancellationReason,
+    ManualClock,
+    RunContext,
+    RunTerminated,
+)
+from diagnosis_harness.redis import RedisRunStore
+
+if TYPE_CHECKING:
+    from multiprocessing.queues import Queue
+    from multiprocessing.synchronize import Barrier
+
+SESSION = "race-session"
+_WAIT = 60.0  # seconds a worker waits for the others before the test fails (never a sleep)
+
+
+def attach(port: int, namespace: str, run_id: str, clock: Any = None) -> tuple[RunContext, Any]:
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=10.0)
+    store = RedisRunStore(client, namespace=namespace)
+    return RunContext.attach(session_id=SESSION, run_id=run_id, store=store, clock=clock), store
+
+
+def termination_of(ctx: RunContext) -> tuple[str, str, int]:
+    """The termination as every process must read it: state, reason, instant from the deadline."""
+    termination = ctx.lifecycle.termination
+    assert termination is not None
+    return termination.state.name, termination.reason, termination.at_ns - ctx.deadline.instant_ns
+
+
+def reserve_tools(
+    *,
+    port: int,
+    namespace: str,
+    run_id: str,
+    worker: int,
+    calls: int,
+    tools: list[str],
+    start: Barrier,
+    out: Queue[Any],
+) -> None:
+    """``calls`` Tool-call reservations, cycling over ``tools``: how many of each were granted."""
+    ctx, store = attach(port, namespace, run_id)
+    granted = dict.fromkeys(tools, 0)
+    refused = 0
+    start.wait(_WAIT)
+    for i in range(calls):
+        tool = tools[(i + worker) % len(tools)]
+        try:
+            ctx.reserve_tool_call(tool)
+        except RunTerminated:
+            refused += 1
+        else:
+            granted[tool] += 1
+    store.close()
+    out.put((worker, granted, refused))
+
+
+def race_to_end(
+    *,
+    port: int,
+    namespace: str,
+    run_id: str,
+    worker: int,
+    start: Barrier,
+    out: Queue[Any],
+) -> None:
+    """One way to end the run each, all at once: did this process's ending win, and what did it
+    read? Its callback's calls are reported too (exactly one, with the stored reason)."""
+    clock = ManualClock() if worker == 4 else None
+    ctx, store = attach(port, namespace, run_id, clock)
+    calls: list[CancellationReason] = []
+    ran = threading.Event()
+
+    def callback(reason: CancellationReason) -> None:
+        calls.append(reason)
+        ran.set()
+
+    ctx.cancellation.register(callback)
+    if clock is not None:  # this process's clock has passed the deadline; the others' have not
+        clock.advance_ns(ctx.deadline.remaining_ns(clock))
+    start.wait(_WAIT)
+    won = False
+    try:
+        if worker == 0:
+            won = ctx.lifecycle.succeed("the diagnosis is ready").changed
+        elif worker == 1:
+            won = ctx.lifecycle.fail("the Model answered nonsense").changed
+        elif worker in (2, 3, 7):
+            reason = {
+                2: CancellationReason.USER_REQUESTED,
+                3: CancellationReason.CLIENT_DISCONNECTED,
+                7: CancellationReason.SHUTDOWN,
+            }[worker]
+            won = ctx.cancellation.cancel(reason)
+        elif worker == 4:
+            ctx.check(Boundary.TOOL)  # at the deadline: raises
+        elif worker == 5:
+            ctx.reserve_model_call()  # the one Model call is used: raises, exhausting the budget
+        elif worker == 6:
+            ctx.record_token_usage(input_tokens=1_000, output_tokens=0)  # past the limit
+    except RunTerminated as error:
+        state = error.termination.state.name
+        if worker == 4:
+            won = state == "TIMED_OUT"
+        elif worker == 5:
+            won = isinstance(error, BudgetExhausted) and "model_calls" in error.termination.reason
+    if worker == 6:
+        termination = ctx.lifecycle.termination
+        won = termination is not None and "input_tokens" in termination.reason
+    ran.wait(_WAIT)  # the listener, or an operation, delivers this process's callback
+    read = termination_of(ctx)
+    ctx.budget.snapshot()  # more reads of the ending: none may run the callback again
+    store.close()
+    out.put((worker, won, read, [reason.value for reason in calls]))
+
+
+def await_cancel(
+    *,
+    port: int,
+    namespace: str,
+    run_id: str,
+    worker: int,
+    ready: Barrier,
+    out: Queue[Any],
+) -> None:
+    """Register a callback, then do nothing with the run: the cancel must still reach it, once."""
+    ctx, store = attach(port, namespace, run_id)
+    calls: list[tuple[str, str]] = []
+    ran = threading.Event()
+
+    def callback(reason: CancellationReason) -> None:
+        calls.append((threading.current_thread().name, reason.value))
+        ran.set()
+
+    ctx.cancellation.register(callback)
+    ready.wait(_WAIT)  # every process has registered: the canceller may go
+    delivered = ran.wait(_WAIT)
+    with contextlib.suppress(RunTerminated):  # an operation that reads the ending again
+        ctx.check(Boundary.TOOL)
+    ctx.cancellation.register(lambda reason: calls.append(("inline", reason.value)))
+    store.close()
+    out.put((worker, delivered, calls))
+
+
+def cancel_when_ready(
+    *, port: int, namespace: str, run_id: str, ready: Barrier, out: Queue[Any]
+) -> None:
+    """Wait until every other process has registered, then cancel the run."""
+    ctx, store = attach(port, namespace, run_id)
+    mine: list[str] = []
+    ctx.cancellation.register(lambda reason: mine.append(reason.value))
+    ready.wait(_WAIT)
+    won = ctx.cancellation.cancel(CancellationReason.CLIENT_DISCONNECTED)
+    ran_before_return = list(mine)
+    store.close()
+    out.put(("canceller", won, ran_before_return))
