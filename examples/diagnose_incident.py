@@ -42,7 +42,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 try:
@@ -126,15 +126,16 @@ def build_agent(model: Model, say: Callable[[str], None]) -> Agent[None, str]:
 # -- one incident: a run, triage, investigation, the journal and the termination --------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class Incident:
+    """One incident to diagnose: its run's deadline, the agent's model, the triage client."""
+
     title: str
     timeout: float
     model: Model
     client: openai.AsyncOpenAI
     model_name: str
     run_id: str
-    lines: list[str] = field(default_factory=list)
 
 
 def limits() -> BudgetLimits:
