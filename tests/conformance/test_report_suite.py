@@ -170,7 +170,7 @@ def _normalised(text: str) -> list[str]:
     versions, the time, and whether the spec came from the checkout or a wheel."""
     lines = []
     for shown in text.strip().splitlines():
-        line = re.sub(r"commit [0-9a-f]+( \(dirty\))?", "commit C", shown)
+        line = re.sub(r" commit [0-9a-f]+( \(dirty\))?,", "", shown)  # none outside a checkout
         line = re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+\+00:00", "T", line)
         line = re.sub(r"(diagnosis-harness|Python) \S+", r"\1 V", line)
         lines.append(line.replace("(shipped)", "(checkout)").rstrip())
