@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, final
 
 from .._boundary import Boundary
 from .._errors import RunTerminated
+from .._failure import FailureKind
 from .._generated.tables import RunState
 from ._extras import missing_extra
 from ._tools import DEFAULT_KEY_PREFIX, DEFAULT_TOOL_POLICY, GovernedTools
@@ -68,6 +69,7 @@ if TYPE_CHECKING:
     from .._context import RunContext
     from .._retry import Classifier, HarnessRetryExecutor
     from .._retry_policy import RetryPolicy
+    from ._otel import HarnessTracing
 
 __all__ = ["HarnessCapability", "tool_result_bytes"]
 
@@ -117,6 +119,12 @@ class HarnessCapability(AbstractCapability[Any]):
     ``tool_policy`` is the retry policy tool calls run under (a name in ``ctx.retry_policies``),
     ``key_prefix`` the first segment of their Tool Call keys, ``classifier`` maps a tool's
     exceptions to kinds for that policy. All are checked here: a bad one raises at construction.
+
+    ``tracing`` (a ``HarnessTracing``, the ``otel`` extra) adds the harness's attributes to the
+    spans pydantic-ai emits itself when the agent is instrumented (``invoke_agent``, ``chat``,
+    ``execute_tool``) and starts none of its own: each hook finds pydantic-ai's span as
+    OpenTelemetry's current span -- OpenTelemetry's context, set by pydantic-ai, not the
+    harness's.
     """
 
     ctx: RunContext
@@ -124,17 +132,25 @@ class HarnessCapability(AbstractCapability[Any]):
     key_prefix: str = DEFAULT_KEY_PREFIX
     classifier: Classifier | None = None
     finishes_run: bool = True
+    tracing: HarnessTracing | None = None
     _tools: GovernedTools = field(init=False, repr=False)
+    _spans: HarnessTracing | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         if type(self.finishes_run) is not bool:
             raise TypeError(f"finishes_run must be a bool, got {self.finishes_run!r}")
+        if self.tracing is not None:  # OpenTelemetry is imported only when tracing is asked for
+            from ._otel import adopting, check_tracing  # noqa: PLC0415 - the optional `otel` extra
+
+            check_tracing(self.tracing)
+            self._spans = adopting(self.tracing)  # annotates pydantic-ai's spans, starts none
         self._tools = GovernedTools(
             self.ctx,
             policy=self.tool_policy,
             key_prefix=self.key_prefix,
             classifier=self.classifier,
             measure=tool_result_bytes,
+            tracing=self._spans,
         )
 
     @property
@@ -162,13 +178,20 @@ class HarnessCapability(AbstractCapability[Any]):
         self, ctx: AgentRunContext[Any], *, handler: WrapRunHandler
     ) -> AgentRunResult[Any]:
         self.ctx.check(Boundary.MODEL)  # an ended run refuses the agent run: its first step
-        return await handler()
+        if self._spans is None:
+            return await handler()
+        try:
+            return await handler()
+        finally:
+            self._spans.annotate_current_run(self.ctx)  # pydantic-ai's invoke_agent span
 
     async def after_run(
         self, ctx: AgentRunContext[Any], *, result: AgentRunResult[Any]
     ) -> AgentRunResult[Any]:
         if self.finishes_run:
             finish = self.ctx.lifecycle.succeed("the agent run produced its output")
+            if self._spans is not None:
+                self._spans.annotate_current_run(self.ctx)
             if finish.changed or finish.termination.state is RunState.SUCCESS:
                 return result
         self.ctx.check(Boundary.GUARD)  # an ended run withholds the output: raises its ending
@@ -182,6 +205,8 @@ class HarnessCapability(AbstractCapability[Any]):
         if self.finishes_run:
             reason = f"the agent run raised {type(error).__name__}: {error}"
             self.ctx.lifecycle.fail(reason[:_REASON_LENGTH])
+        if self._spans is not None:
+            self._spans.annotate_current_run(self.ctx)
         if self.ctx.lifecycle.state in _HARNESS_ENDINGS:
             try:
                 self.ctx.check(Boundary.GUARD)  # the harness ended the run first: its ending
@@ -199,8 +224,24 @@ class HarnessCapability(AbstractCapability[Any]):
         handler: WrapModelRequestHandler,
     ) -> ModelResponse:
         self.ctx.check(Boundary.MODEL)  # an ended run refuses the request before the scope does
-        async with self.ctx.scope():
-            return await handler(request_context)
+        if self._spans is None:
+            async with self.ctx.scope():
+                return await handler(request_context)
+        try:
+            async with self.ctx.scope():
+                response = await handler(request_context)
+        except BaseException as error:
+            self._spans.annotate_current_chat(error, self._request_failure)  # pydantic-ai's chat
+            raise
+        self._spans.annotate_current_chat(None, self._request_failure)
+        return response
+
+    def _request_failure(self, error: Exception) -> FailureKind:
+        """A failed model request's kind: the run's ending's, else ``UNKNOWN`` (pydantic-ai's
+        own errors are not the SDKs' the integrations classify)."""
+        if isinstance(error, RunTerminated):
+            return self.executor.classify(error)
+        return FailureKind.UNKNOWN
 
     async def prepare_model_request(
         self, ctx: AgentRunContext[Any], request_context: ModelRequestContext
