@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from .._retry import Classifier
-    from ._otel import HarnessTracing
+    from .otel import HarnessTracing
 
 __all__ = [
     "AsyncGovernedStream",
@@ -148,7 +148,7 @@ class Governance:
         self.executor = executor
         self.request_timeout = _positive_seconds("request_timeout", request_timeout)
         if tracing is not None:  # OpenTelemetry is imported only when tracing is asked for
-            from ._otel import check_tracing  # noqa: PLC0415 - lazy: the optional `otel` extra
+            from .otel import check_tracing  # noqa: PLC0415 - lazy: the optional `otel` extra
 
             check_tracing(tracing)
         self.tracing = tracing

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .._context import RunContext
     from .._retry import HarnessRetryExecutor
     from .._retry_policy import RetryPolicy
-    from ._otel import HarnessTracing
+    from .otel import HarnessTracing
 
 __all__ = ["AsyncGovernedOpenAI", "GovernedOpenAI"]
 

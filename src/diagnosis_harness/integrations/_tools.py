@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from .._retry import Classifier
-    from ._otel import HarnessTracing
+    from .otel import HarnessTracing
 
 __all__ = ["GovernedTools", "result_bytes"]
 
@@ -128,7 +128,7 @@ class GovernedTools:
             raise TypeError(f"measure must be callable (result -> bytes), got {measure!r}")
         self._measure = result_bytes if measure is None else measure
         if tracing is not None:  # OpenTelemetry is imported only when tracing is asked for
-            from ._otel import check_tracing  # noqa: PLC0415 - lazy: the optional `otel` extra
+            from .otel import check_tracing  # noqa: PLC0415 - lazy: the optional `otel` extra
 
             check_tracing(tracing)
         self._tracing = tracing

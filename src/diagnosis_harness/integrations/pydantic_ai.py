@@ -32,6 +32,7 @@ those tasks, and never refuses a tool call by raising in one:
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, final
 
@@ -69,7 +70,7 @@ if TYPE_CHECKING:
     from .._context import RunContext
     from .._retry import Classifier, HarnessRetryExecutor
     from .._retry_policy import RetryPolicy
-    from ._otel import HarnessTracing
+    from .otel import HarnessTracing
 
 __all__ = ["HarnessCapability", "tool_result_bytes"]
 
@@ -134,23 +135,23 @@ class HarnessCapability(AbstractCapability[Any]):
     finishes_run: bool = True
     tracing: HarnessTracing | None = None
     _tools: GovernedTools = field(init=False, repr=False)
-    _spans: HarnessTracing | None = field(init=False, repr=False, default=None)
+    # tool_call_id -> the number of the attempt running now, for pydantic-ai's execute_tool span
+    # (one per attempt): written by wrap_tool_execute, read by the after/error hooks inside it.
+    _attempts: dict[str, int] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         if type(self.finishes_run) is not bool:
             raise TypeError(f"finishes_run must be a bool, got {self.finishes_run!r}")
         if self.tracing is not None:  # OpenTelemetry is imported only when tracing is asked for
-            from ._otel import adopting, check_tracing  # noqa: PLC0415 - the optional `otel` extra
+            from .otel import check_tracing  # noqa: PLC0415 - lazy: the optional `otel` extra
 
             check_tracing(self.tracing)
-            self._spans = adopting(self.tracing)  # annotates pydantic-ai's spans, starts none
         self._tools = GovernedTools(
             self.ctx,
             policy=self.tool_policy,
             key_prefix=self.key_prefix,
             classifier=self.classifier,
             measure=tool_result_bytes,
-            tracing=self._spans,
         )
 
     @property
@@ -178,20 +179,15 @@ class HarnessCapability(AbstractCapability[Any]):
         self, ctx: AgentRunContext[Any], *, handler: WrapRunHandler
     ) -> AgentRunResult[Any]:
         self.ctx.check(Boundary.MODEL)  # an ended run refuses the agent run: its first step
-        if self._spans is None:
-            return await handler()
-        try:
-            return await handler()
-        finally:
-            self._spans.annotate_current_run(self.ctx)  # pydantic-ai's invoke_agent span
+        return await handler()
 
     async def after_run(
         self, ctx: AgentRunContext[Any], *, result: AgentRunResult[Any]
     ) -> AgentRunResult[Any]:
         if self.finishes_run:
             finish = self.ctx.lifecycle.succeed("the agent run produced its output")
-            if self._spans is not None:
-                self._spans.annotate_current_run(self.ctx)
+            if self.tracing is not None:
+                self.tracing.annotate_current_run(self.ctx)  # pydantic-ai's invoke_agent span
             if finish.changed or finish.termination.state is RunState.SUCCESS:
                 return result
         self.ctx.check(Boundary.GUARD)  # an ended run withholds the output: raises its ending
@@ -205,8 +201,6 @@ class HarnessCapability(AbstractCapability[Any]):
         if self.finishes_run:
             reason = f"the agent run raised {type(error).__name__}: {error}"
             self.ctx.lifecycle.fail(reason[:_REASON_LENGTH])
-        if self._spans is not None:
-            self._spans.annotate_current_run(self.ctx)
         if self.ctx.lifecycle.state in _HARNESS_ENDINGS:
             try:
                 self.ctx.check(Boundary.GUARD)  # the harness ended the run first: its ending
@@ -223,18 +217,14 @@ class HarnessCapability(AbstractCapability[Any]):
         request_context: ModelRequestContext,
         handler: WrapModelRequestHandler,
     ) -> ModelResponse:
-        self.ctx.check(Boundary.MODEL)  # an ended run refuses the request before the scope does
-        if self._spans is None:
+        try:
+            self.ctx.check(Boundary.MODEL)  # an ended run refuses the request before the scope
             async with self.ctx.scope():
                 return await handler(request_context)
-        try:
-            async with self.ctx.scope():
-                response = await handler(request_context)
-        except BaseException as error:
-            self._spans.annotate_current_chat(error, self._request_failure)  # pydantic-ai's chat
+        except (RunTerminated, asyncio.CancelledError):
+            if self.tracing is not None:  # outside pydantic-ai's chat span: in its invoke_agent
+                self.tracing.annotate_current_run(self.ctx)
             raise
-        self._spans.annotate_current_chat(None, self._request_failure)
-        return response
 
     def _request_failure(self, error: Exception) -> FailureKind:
         """A failed model request's kind: the run's ending's, else ``UNKNOWN`` (pydantic-ai's
@@ -261,6 +251,8 @@ class HarnessCapability(AbstractCapability[Any]):
         self.ctx.record_token_usage(
             input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
         )
+        if self.tracing is not None:
+            self.tracing.annotate_current_chat(None, self._request_failure)  # pydantic-ai's chat
         # Every function tool call of the answer is checked before any of them starts: a bad one
         # fails the agent run here, instead of in its own task where its siblings may have run.
         tools = {tool.name for tool in request_context.model_request_parameters.function_tools}
@@ -280,9 +272,62 @@ class HarnessCapability(AbstractCapability[Any]):
         args: ValidatedToolArgs,
         handler: WrapToolExecuteHandler,
     ) -> Any:
+        if self.tracing is not None:
+            handler = self._numbered(call.tool_call_id, handler)
         try:
             return await self._tools.call_async(call.tool_name, call.tool_call_id, handler, args)
         except RunTerminated as refused:
+            if self.tracing is not None:  # outside pydantic-ai's execute_tool span: the run's
+                self.tracing.annotate_current_run(self.ctx)
             # Refused before it started (or its result refused): the run has ended, and its next
             # boundary raises that. Raising here would cancel sibling calls that are running.
             raise SkipToolExecution(f"refused by the diagnosis run: {refused}") from refused
+
+    # -- tracing: the harness's attributes on pydantic-ai's own spans -----------------------------
+
+    async def on_model_request_error(
+        self, ctx: AgentRunContext[Any], *, request_context: ModelRequestContext, error: Exception
+    ) -> ModelResponse:
+        if self.tracing is not None:
+            self.tracing.annotate_current_chat(error, self._request_failure)  # pydantic-ai's chat
+        raise error
+
+    def _numbered(
+        self, tool_call_id: str, handler: WrapToolExecuteHandler
+    ) -> WrapToolExecuteHandler:
+        """``handler``, each call of it (an attempt: a new execute_tool span) numbered."""
+        attempts = self._attempts
+
+        async def numbered(args: ValidatedToolArgs) -> Any:
+            attempts[tool_call_id] = attempts.get(tool_call_id, 0) + 1
+            return await handler(args)
+
+        return numbered
+
+    async def after_tool_execute(
+        self,
+        ctx: AgentRunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        result: Any,
+    ) -> Any:
+        if self.tracing is not None:  # inside pydantic-ai's execute_tool span
+            number = self._attempts.pop(call.tool_call_id, 0)
+            self.tracing.annotate_current_tool(number, None, self.executor.classify)
+        return result
+
+    async def on_tool_execute_error(
+        self,
+        ctx: AgentRunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        error: Exception,
+    ) -> Any:
+        if self.tracing is not None:  # inside pydantic-ai's execute_tool span
+            number = self._attempts.get(call.tool_call_id, 0)  # a retry numbers the next one
+            self.tracing.annotate_current_tool(number, error, self.executor.classify)
+        raise error

@@ -23,8 +23,9 @@ from it is not, and an exception's message (which may carry one) is not recorded
 (``error.type``).
 
 A framework that emits these spans itself (pydantic-ai) gets the harness's attributes on its own
-spans instead: :func:`adopting` makes a ``HarnessTracing`` that annotates OpenTelemetry's current
-span -- OpenTelemetry's context, set by the framework, never the harness's -- and starts none.
+spans instead, and no span of the harness's: the ``annotate_current_*`` methods, called from the
+framework's hooks, set them on OpenTelemetry's current span -- OpenTelemetry's context, set by the
+framework, never the harness's.
 """
 
 from __future__ import annotations
@@ -59,7 +60,6 @@ __all__ = [
     "FAILURE_KIND",
     "TERMINATION_STATE",
     "HarnessTracing",
-    "adopting",
     "annotate_ending",
 ]
 
@@ -131,7 +131,7 @@ class HarnessTracing:
     ``HarnessTracing`` whose parent is the run's span.
     """
 
-    __slots__ = ("_adopt", "_parent", "_tracer")
+    __slots__ = ("_parent", "_tracer")
 
     def __init__(self, tracer: trace.Tracer, *, parent: trace.Span | None = None) -> None:
         if not isinstance(tracer, trace.Tracer):
@@ -140,7 +140,6 @@ class HarnessTracing:
             raise TypeError(f"parent must be an opentelemetry.trace.Span or None, got {parent!r}")
         self._tracer = tracer
         self._parent = parent
-        self._adopt = False  # see adopting()
 
     @property
     def tracer(self) -> trace.Tracer:
@@ -255,7 +254,7 @@ class HarnessTracing:
     def _tool_span(
         self, tool: str, tool_call_id: str, classify: Callable[[Exception], object]
     ) -> Iterator[list[int]]:
-        """The Tool call's span -- a new one, or the framework's when adopting -- around the block.
+        """The Tool call's ``execute_tool`` span around the block.
 
         Yields a one-item list the block counts its attempts in.
         """
@@ -264,11 +263,7 @@ class HarnessTracing:
             TOOL_NAME: tool,
             TOOL_CALL_ID: tool_call_id,
         }
-        if self._adopt:
-            span = trace.get_current_span()  # OpenTelemetry's context: the framework's span
-            span.set_attributes(attributes)
-        else:
-            span = self._start(f"execute_tool {tool}", SpanKind.INTERNAL, attributes)
+        span = self._start(f"execute_tool {tool}", SpanKind.INTERNAL, attributes)
         attempts = [0]
         try:
             yield attempts
@@ -279,8 +274,7 @@ class HarnessTracing:
             span.set_attribute(ATTEMPT_OUTCOME, AttemptOutcome.SUCCEEDED.value)
         finally:
             span.set_attribute(ATTEMPT_NUMBER, attempts[0])
-            if not self._adopt:
-                span.end()
+            span.end()
 
     def tool_call(
         self,
@@ -316,11 +310,22 @@ class HarnessTracing:
 
             return await run(counted)
 
-    # -- annotations of a framework's own spans (adopting) ---------------------------------------
+    # -- annotations of a framework's own spans, read from OpenTelemetry's current span ---------
 
     def annotate_current_run(self, ctx: RunContext) -> None:
         """Set the run's ending on OpenTelemetry's current span: the framework's run span."""
         annotate_ending(trace.get_current_span(), ctx)
+
+    def annotate_current_tool(
+        self, number: int, error: BaseException | None, classify: Callable[[Exception], object]
+    ) -> None:
+        """Set a Tool attempt's number and outcome on the current span: the framework's tool."""
+        span = trace.get_current_span()
+        span.set_attribute(ATTEMPT_NUMBER, number)
+        if error is None:
+            span.set_attribute(ATTEMPT_OUTCOME, AttemptOutcome.SUCCEEDED.value)
+        else:
+            _failed(span, error, classify)
 
     def annotate_current_chat(
         self, error: BaseException | None, classify: Callable[[Exception], object]
@@ -333,19 +338,7 @@ class HarnessTracing:
             _failed(span, error, classify)
 
     def __repr__(self) -> str:
-        mode = ", adopting" if self._adopt else ""
-        return f"HarnessTracing(tracer={self._tracer!r}, parent={self._parent!r}{mode})"
-
-
-def adopting(tracing: HarnessTracing) -> HarnessTracing:
-    """A ``HarnessTracing`` that puts the Tool call attributes on the framework's current span.
-
-    For a framework that emits ``execute_tool`` spans itself and runs the harness's hook inside
-    them (pydantic-ai): OpenTelemetry's current span is that span.
-    """
-    adopted = HarnessTracing(tracing.tracer, parent=tracing.parent)
-    adopted._adopt = True  # noqa: SLF001 - this module's own class
-    return adopted
+        return f"HarnessTracing(tracer={self._tracer!r}, parent={self._parent!r})"
 
 
 def check_tracing(tracing: object) -> HarnessTracing | None:
