@@ -282,6 +282,8 @@ class HarnessCapability(AbstractCapability[Any]):
             # Refused before it started (or its result refused): the run has ended, and its next
             # boundary raises that. Raising here would cancel sibling calls that are running.
             raise SkipToolExecution(f"refused by the diagnosis run: {refused}") from refused
+        finally:
+            self._attempts.pop(call.tool_call_id, None)
 
     # -- tracing: the harness's attributes on pydantic-ai's own spans -----------------------------
 
@@ -314,7 +316,7 @@ class HarnessCapability(AbstractCapability[Any]):
         result: Any,
     ) -> Any:
         if self.tracing is not None:  # inside pydantic-ai's execute_tool span
-            number = self._attempts.pop(call.tool_call_id, 0)
+            number = self._attempts.get(call.tool_call_id, 0)
             self.tracing.annotate_current_tool(number, None, self.executor.classify)
         return result
 
