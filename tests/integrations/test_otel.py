@@ -319,3 +319,62 @@ def test_a_pydantic_ai_run_ending_budget_exhausted_says_so_on_its_run_span(
     assert tool.attributes is not None
     assert (tool.attributes[ATTEMPT_NUMBER], tool.attributes[ATTEMPT_OUTCOME]) == (1, "succeeded")
     assert ctx.budget.snapshot().tool_calls == 1
+
+
+# -- openai-agents: its tracing is not OpenTelemetry's, so the harness starts the spans ----------
+
+
+def test_an_openai_agents_run_has_chat_and_tool_spans_under_the_run_span(
+    loopback: LoopbackServer, tracer: Tracer, exporter: InMemorySpanExporter
+) -> None:
+    from agents import Agent, function_tool, set_tracing_disabled  # noqa: PLC0415
+    from agents.models.openai_provider import OpenAIProvider  # noqa: PLC0415
+
+    from diagnosis_harness.integrations import (  # noqa: PLC0415
+        ModelClientConfig,
+        async_openai_client,
+    )
+    from diagnosis_harness.integrations.openai_agents import (  # noqa: PLC0415
+        governed_tool,
+        harness_run_config,
+        run_governed,
+    )
+
+    from .loopback import ToolCall  # noqa: PLC0415
+
+    set_tracing_disabled(True)  # the SDK would otherwise try to export its traces to OpenAI
+
+    async def logs(service: str) -> str:
+        """Read the logs of a service."""
+        return f"{service}: disk full"
+
+    ctx = _run()
+    client = async_openai_client(ModelClientConfig(base_url=loopback.openai_url), api_key="t")
+    loopback.script(
+        Reply(text="", tool_calls=(ToolCall("logs", {"service": "db"}, "call_logs_0"),)),
+        Reply(text="done", input_tokens=12, output_tokens=3),
+    )
+    with HarnessTracing(tracer).run(ctx, "diag") as tracing:
+        config = harness_run_config(
+            ctx,
+            model_provider=OpenAIProvider(openai_client=client, use_responses=False),
+            model="loopback-model",
+            tracing=tracing,
+        )
+        agent = Agent(name="diag", tools=[governed_tool(function_tool(logs))])
+        result = asyncio.run(run_governed(agent, "why?", run_config=config))
+    assert result.final_output == "done"
+
+    spans = exporter.get_finished_spans()
+    [run] = _named(spans, "invoke_agent")
+    chats = _named(spans, "chat")
+    [tool] = _named(spans, "execute_tool")
+    assert loopback.count == len(chats) == 2
+    assert all(_parent_id(span) == run.context.span_id for span in (*chats, tool))
+    assert [span.name for span in chats] == ["chat loopback-model"] * 2
+    last = chats[-1].attributes or {}
+    assert (last["gen_ai.usage.input_tokens"], last["gen_ai.usage.output_tokens"]) == (12, 3)
+    assert (tool.attributes or {})["gen_ai.tool.call.id"] == "call_logs_0"
+    assert (run.attributes or {})[TERMINATION_STATE] == "SUCCESS"
+    key = f"tool:{ctx.run_id}:call_logs_0"
+    assert not any(key in value for value in _attribute_values(spans))
