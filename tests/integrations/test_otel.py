@@ -21,11 +21,19 @@ from diagnosis_harness import (
     BudgetExhausted,
     BudgetLimits,
     FailureKind,
+    HarnessFailure,
     HarnessRetryExecutor,
     ManualClock,
+    RetryPolicies,
+    RetryPolicy,
     RunContext,
 )
-from diagnosis_harness.integrations import GovernedOpenAI, GovernedTools, classify_sdk
+from diagnosis_harness.integrations import (
+    AsyncGovernedOpenAI,
+    GovernedOpenAI,
+    GovernedTools,
+    classify_sdk,
+)
 from diagnosis_harness.integrations.otel import (
     ATTEMPT_NUMBER,
     ATTEMPT_OUTCOME,
@@ -64,6 +72,12 @@ def tracer(provider: TracerProvider) -> Tracer:
 
 
 def _run(**overrides: int) -> RunContext:
+    policies = RetryPolicies(
+        [
+            *RetryPolicies.defaults().values(),
+            RetryPolicy("flaky_tool", 2, frozenset({FailureKind.TIMEOUT})),
+        ]
+    )
     values: dict[str, int] = {
         "model_calls": 10,
         "tool_calls": 10,
@@ -80,6 +94,7 @@ def _run(**overrides: int) -> RunContext:
         limits=BudgetLimits(**values),  # type: ignore[arg-type]  # BudgetLimits' own keywords
         timeout=30,
         clock=ManualClock(),
+        retry_policies=policies,
     )
 
 
@@ -240,7 +255,11 @@ def test_tracing_must_be_a_harness_tracing_and_is_checked_first(tracer: Tracer) 
 
 
 def _pydantic_agent(
-    provider: TracerProvider, ctx: RunContext, tracing: HarnessTracing, answer: list[Any]
+    provider: TracerProvider,
+    ctx: RunContext,
+    tracing: HarnessTracing,
+    answer: list[Any],
+    tool_policy: str = "tool_call",
 ) -> Any:
     pytest.importorskip("pydantic_ai", reason="pydantic-ai needs Python 3.11+")
     from pydantic_ai import Agent  # noqa: PLC0415 - Python 3.11+ only
@@ -257,13 +276,21 @@ def _pydantic_agent(
         FunctionModel(lambda _messages, _info: next(replies)),
         name="diagnosis",
         capabilities=[
-            HarnessCapability(ctx, tracing=tracing),
+            HarnessCapability(ctx, tracing=tracing, tool_policy=tool_policy),
             Instrumentation(settings=InstrumentationSettings(tracer_provider=provider)),
         ],
     )
 
+    failures = (
+        [HarnessFailure(FailureKind.TIMEOUT, "log store slow")]
+        if tool_policy != "tool_call"
+        else []
+    )
+
     @agent.tool_plain
     def logs() -> str:
+        if failures:
+            raise failures.pop()
         return "disk full"
 
     return agent
@@ -378,3 +405,53 @@ def test_an_openai_agents_run_has_chat_and_tool_spans_under_the_run_span(
     assert (run.attributes or {})[TERMINATION_STATE] == "SUCCESS"
     key = f"tool:{ctx.run_id}:call_logs_0"
     assert not any(key in value for value in _attribute_values(spans))
+
+
+def test_a_retried_pydantic_ai_tool_call_numbers_pydantic_ai_s_span_per_attempt(
+    provider: TracerProvider, tracer: Tracer, exporter: InMemorySpanExporter
+) -> None:
+    pytest.importorskip("pydantic_ai", reason="pydantic-ai needs Python 3.11+")
+    from pydantic_ai.messages import ToolCallPart  # noqa: PLC0415 - Python 3.11+ only
+
+    ctx = _run()
+    call = ToolCallPart("logs", {}, tool_call_id="call-42")
+    agent = _pydantic_agent(provider, ctx, HarnessTracing(tracer), [call], "flaky_tool")
+    assert asyncio.run(agent.run("why is checkout down?")).output == "diagnosed"
+
+    first, second = _named(exporter.get_finished_spans(), "execute_tool")  # one per attempt
+    assert first.attributes is not None
+    assert second.attributes is not None
+    assert (first.attributes[ATTEMPT_NUMBER], first.attributes[ATTEMPT_OUTCOME]) == (1, "failed")
+    assert first.attributes[FAILURE_KIND] == FailureKind.TIMEOUT.name
+    assert (second.attributes[ATTEMPT_NUMBER], second.attributes[ATTEMPT_OUTCOME]) == (
+        2,
+        "succeeded",
+    )
+    assert ctx.budget.snapshot().tool_calls == 1  # one Tool call, two attempts
+
+
+def test_an_async_governed_call_has_its_chat_span_too(
+    loopback: LoopbackServer, tracer: Tracer, exporter: InMemorySpanExporter
+) -> None:
+    ctx = _run()
+    loopback.script(Reply(input_tokens=8, output_tokens=2))
+
+    async def ask() -> None:
+        async with openai.AsyncOpenAI(
+            api_key=KEY, base_url=loopback.openai_url, max_retries=0
+        ) as client:
+            with HarnessTracing(tracer).run(ctx, "diagnosis") as tracing:
+                governed = AsyncGovernedOpenAI(client, ctx, policy="intent_router", tracing=tracing)
+                await governed.create(model="gpt-test", messages=[{"role": "user", "content": "?"}])
+
+    asyncio.run(ask())
+    spans = exporter.get_finished_spans()
+    [run] = _named(spans, "invoke_agent")
+    [chat] = _named(spans, "chat")
+    assert _parent_id(chat) == run.context.span_id
+    assert chat.attributes is not None
+    assert (chat.attributes[ATTEMPT_NUMBER], chat.attributes[ATTEMPT_OUTCOME]) == (1, "succeeded")
+    assert (
+        chat.attributes["gen_ai.usage.input_tokens"],
+        chat.attributes["gen_ai.usage.output_tokens"],
+    ) == (8, 2)
