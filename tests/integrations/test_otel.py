@@ -257,7 +257,6 @@ def test_tracing_must_be_a_harness_tracing_and_is_checked_first(tracer: Tracer) 
 def _pydantic_agent(
     provider: TracerProvider,
     ctx: RunContext,
-    tracing: HarnessTracing,
     answer: list[Any],
     tool_policy: str = "tool_call",
 ) -> Any:
@@ -268,15 +267,20 @@ def _pydantic_agent(
     from pydantic_ai.models.function import FunctionModel  # noqa: PLC0415
     from pydantic_ai.models.instrumented import InstrumentationSettings  # noqa: PLC0415
 
-    from diagnosis_harness.integrations.pydantic_ai import HarnessCapability  # noqa: PLC0415
+    from diagnosis_harness.integrations.pydantic_ai import (  # noqa: PLC0415
+        HarnessCapability,
+        HarnessSpanAttributes,
+    )
 
+    capability = HarnessCapability(ctx, tool_policy=tool_policy)
     replies = iter([ModelResponse(parts=answer), ModelResponse(parts=[TextPart("diagnosed")])])
 
     agent = Agent(
         FunctionModel(lambda _messages, _info: next(replies)),
         name="diagnosis",
         capabilities=[
-            HarnessCapability(ctx, tracing=tracing, tool_policy=tool_policy),
+            capability,
+            HarnessSpanAttributes(capability),
             Instrumentation(settings=InstrumentationSettings(tracer_provider=provider)),
         ],
     )
@@ -297,14 +301,14 @@ def _pydantic_agent(
 
 
 def test_pydantic_ai_spans_get_the_harness_attributes_and_are_not_doubled(
-    provider: TracerProvider, tracer: Tracer, exporter: InMemorySpanExporter
+    provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
     pytest.importorskip("pydantic_ai", reason="pydantic-ai needs Python 3.11+")
     from pydantic_ai.messages import ToolCallPart  # noqa: PLC0415 - Python 3.11+ only
 
     ctx = _run()
     call = ToolCallPart("logs", {}, tool_call_id="call-42")
-    agent = _pydantic_agent(provider, ctx, HarnessTracing(tracer), [call])
+    agent = _pydantic_agent(provider, ctx, [call])
     assert asyncio.run(agent.run("why is checkout down?")).output == "diagnosed"
 
     spans = exporter.get_finished_spans()
@@ -325,14 +329,14 @@ def test_pydantic_ai_spans_get_the_harness_attributes_and_are_not_doubled(
 
 
 def test_a_pydantic_ai_run_ending_budget_exhausted_says_so_on_its_run_span(
-    provider: TracerProvider, tracer: Tracer, exporter: InMemorySpanExporter
+    provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
     pytest.importorskip("pydantic_ai", reason="pydantic-ai needs Python 3.11+")
     from pydantic_ai.messages import ToolCallPart  # noqa: PLC0415 - Python 3.11+ only
 
     ctx = _run(tool_calls=1)
     calls = [ToolCallPart("logs", {}, tool_call_id=f"call-{n}") for n in (1, 2)]
-    agent = _pydantic_agent(provider, ctx, HarnessTracing(tracer), calls)
+    agent = _pydantic_agent(provider, ctx, calls)
     with pytest.raises(BudgetExhausted):
         asyncio.run(agent.run("why is checkout down?"))
 
@@ -408,14 +412,14 @@ def test_an_openai_agents_run_has_chat_and_tool_spans_under_the_run_span(
 
 
 def test_a_retried_pydantic_ai_tool_call_numbers_pydantic_ai_s_span_per_attempt(
-    provider: TracerProvider, tracer: Tracer, exporter: InMemorySpanExporter
+    provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
     pytest.importorskip("pydantic_ai", reason="pydantic-ai needs Python 3.11+")
     from pydantic_ai.messages import ToolCallPart  # noqa: PLC0415 - Python 3.11+ only
 
     ctx = _run()
     call = ToolCallPart("logs", {}, tool_call_id="call-42")
-    agent = _pydantic_agent(provider, ctx, HarnessTracing(tracer), [call], "flaky_tool")
+    agent = _pydantic_agent(provider, ctx, [call], "flaky_tool")
     assert asyncio.run(agent.run("why is checkout down?")).output == "diagnosed"
 
     first, second = _named(exporter.get_finished_spans(), "execute_tool")  # one per attempt

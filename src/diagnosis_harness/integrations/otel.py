@@ -7,9 +7,9 @@ no-op.
 
 Theory of operation. A ``HarnessTracing`` is a tracer and the span the harness's spans are
 children of: it is passed explicitly (``tracing=``) to the governed SDK calls, to
-:class:`~._tools.GovernedTools` and to the pydantic-ai capability, and every span it starts gets
-its parent from it -- never from OpenTelemetry's current span, and no span is made current. The
-spans follow the GenAI semantic conventions:
+:class:`~._tools.GovernedTools` and to the openai-agents ``harness_run_config``, and every span
+it starts gets its parent from it -- never from OpenTelemetry's current span, and no span is
+made current. The spans follow the GenAI semantic conventions:
 
 - ``invoke_agent {agent}`` for a run (:meth:`HarnessTracing.run`): at its end the run's
   termination state and, for ``BUDGET_EXHAUSTED``, the budget dimension that ended it;
@@ -23,9 +23,10 @@ from it is not, and an exception's message (which may carry one) is not recorded
 (``error.type``).
 
 A framework that emits these spans itself (pydantic-ai) gets the harness's attributes on its own
-spans instead, and no span of the harness's: the ``annotate_current_*`` methods, called from the
-framework's hooks, set them on OpenTelemetry's current span -- OpenTelemetry's context, set by the
-framework, never the harness's.
+spans instead, and no span of the harness's: :class:`CurrentSpan`, called from the framework's
+hooks, sets them on OpenTelemetry's current span -- OpenTelemetry's context, set by the
+framework, never the harness's (for pydantic-ai:
+``integrations.pydantic_ai.HarnessSpanAttributes``).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ __all__ = [
     "BUDGET_EXHAUSTED",
     "FAILURE_KIND",
     "TERMINATION_STATE",
+    "CurrentSpan",
     "HarnessTracing",
     "annotate_ending",
 ]
@@ -310,13 +312,26 @@ class HarnessTracing:
 
             return await run(counted)
 
-    # -- annotations of a framework's own spans, read from OpenTelemetry's current span ---------
+    def __repr__(self) -> str:
+        return f"HarnessTracing(tracer={self._tracer!r}, parent={self._parent!r})"
 
-    def annotate_current_run(self, ctx: RunContext) -> None:
+
+@final
+class CurrentSpan:
+    """The harness's attributes on OpenTelemetry's current span: a framework's own span.
+
+    For a framework that emits the GenAI spans itself (pydantic-ai) and calls the harness's hooks
+    inside them. The current span is OpenTelemetry's context, set by the framework -- the harness
+    neither reads nor writes context of its own. Starts no span; stateless.
+    """
+
+    __slots__ = ()
+
+    def run(self, ctx: RunContext) -> None:
         """Set the run's ending on OpenTelemetry's current span: the framework's run span."""
         annotate_ending(trace.get_current_span(), ctx)
 
-    def annotate_current_tool(
+    def tool(
         self, number: int, error: BaseException | None, classify: Callable[[Exception], object]
     ) -> None:
         """Set a Tool attempt's number and outcome on the current span: the framework's tool."""
@@ -327,18 +342,13 @@ class HarnessTracing:
         else:
             _failed(span, error, classify)
 
-    def annotate_current_chat(
-        self, error: BaseException | None, classify: Callable[[Exception], object]
-    ) -> None:
+    def chat(self, error: BaseException | None, classify: Callable[[Exception], object]) -> None:
         """Set a model request's outcome on OpenTelemetry's current span: the framework's chat."""
         span = trace.get_current_span()
         if error is None:
             span.set_attribute(ATTEMPT_OUTCOME, AttemptOutcome.SUCCEEDED.value)
         else:
             _failed(span, error, classify)
-
-    def __repr__(self) -> str:
-        return f"HarnessTracing(tracer={self._tracer!r}, parent={self._parent!r})"
 
 
 def check_tracing(tracing: object) -> HarnessTracing | None:

@@ -32,13 +32,11 @@ those tasks, and never refuses a tool call by raising in one:
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, final
 
 from .._boundary import Boundary
 from .._errors import RunTerminated
-from .._failure import FailureKind
 from .._generated.tables import RunState
 from ._extras import missing_extra
 from ._tools import DEFAULT_KEY_PREFIX, DEFAULT_TOOL_POLICY, GovernedTools
@@ -68,11 +66,12 @@ if TYPE_CHECKING:
     from pydantic_ai.tools import ToolDefinition
 
     from .._context import RunContext
+    from .._failure import FailureKind
     from .._retry import Classifier, HarnessRetryExecutor
     from .._retry_policy import RetryPolicy
-    from .otel import HarnessTracing
+    from .otel import CurrentSpan
 
-__all__ = ["HarnessCapability", "tool_result_bytes"]
+__all__ = ["HarnessCapability", "HarnessSpanAttributes", "tool_result_bytes"]
 
 # The endings the harness decides itself; SUCCESS and FAILED follow how the agent run ended.
 _HARNESS_ENDINGS = frozenset({RunState.CANCELLED, RunState.TIMED_OUT, RunState.BUDGET_EXHAUSTED})
@@ -120,12 +119,6 @@ class HarnessCapability(AbstractCapability[Any]):
     ``tool_policy`` is the retry policy tool calls run under (a name in ``ctx.retry_policies``),
     ``key_prefix`` the first segment of their Tool Call keys, ``classifier`` maps a tool's
     exceptions to kinds for that policy. All are checked here: a bad one raises at construction.
-
-    ``tracing`` (a ``HarnessTracing``, the ``otel`` extra) adds the harness's attributes to the
-    spans pydantic-ai emits itself when the agent is instrumented (``invoke_agent``, ``chat``,
-    ``execute_tool``) and starts none of its own: each hook finds pydantic-ai's span as
-    OpenTelemetry's current span -- OpenTelemetry's context, set by pydantic-ai, not the
-    harness's.
     """
 
     ctx: RunContext
@@ -133,19 +126,11 @@ class HarnessCapability(AbstractCapability[Any]):
     key_prefix: str = DEFAULT_KEY_PREFIX
     classifier: Classifier | None = None
     finishes_run: bool = True
-    tracing: HarnessTracing | None = None
     _tools: GovernedTools = field(init=False, repr=False)
-    # tool_call_id -> the number of the attempt running now, for pydantic-ai's execute_tool span
-    # (one per attempt): written by wrap_tool_execute, read by the after/error hooks inside it.
-    _attempts: dict[str, int] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         if type(self.finishes_run) is not bool:
             raise TypeError(f"finishes_run must be a bool, got {self.finishes_run!r}")
-        if self.tracing is not None:  # OpenTelemetry is imported only when tracing is asked for
-            from .otel import check_tracing  # noqa: PLC0415 - lazy: the optional `otel` extra
-
-            check_tracing(self.tracing)
         self._tools = GovernedTools(
             self.ctx,
             policy=self.tool_policy,
@@ -186,8 +171,6 @@ class HarnessCapability(AbstractCapability[Any]):
     ) -> AgentRunResult[Any]:
         if self.finishes_run:
             finish = self.ctx.lifecycle.succeed("the agent run produced its output")
-            if self.tracing is not None:
-                self.tracing.annotate_current_run(self.ctx)  # pydantic-ai's invoke_agent span
             if finish.changed or finish.termination.state is RunState.SUCCESS:
                 return result
         self.ctx.check(Boundary.GUARD)  # an ended run withholds the output: raises its ending
@@ -217,21 +200,9 @@ class HarnessCapability(AbstractCapability[Any]):
         request_context: ModelRequestContext,
         handler: WrapModelRequestHandler,
     ) -> ModelResponse:
-        try:
-            self.ctx.check(Boundary.MODEL)  # an ended run refuses the request before the scope
-            async with self.ctx.scope():
-                return await handler(request_context)
-        except (RunTerminated, asyncio.CancelledError):
-            if self.tracing is not None:  # outside pydantic-ai's chat span: in its invoke_agent
-                self.tracing.annotate_current_run(self.ctx)
-            raise
-
-    def _request_failure(self, error: Exception) -> FailureKind:
-        """A failed model request's kind: the run's ending's, else ``UNKNOWN`` (pydantic-ai's
-        own errors are not the SDKs' the integrations classify)."""
-        if isinstance(error, RunTerminated):
-            return self.executor.classify(error)
-        return FailureKind.UNKNOWN
+        self.ctx.check(Boundary.MODEL)  # an ended run refuses the request before the scope does
+        async with self.ctx.scope():
+            return await handler(request_context)
 
     async def prepare_model_request(
         self, ctx: AgentRunContext[Any], request_context: ModelRequestContext
@@ -251,8 +222,6 @@ class HarnessCapability(AbstractCapability[Any]):
         self.ctx.record_token_usage(
             input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
         )
-        if self.tracing is not None:
-            self.tracing.annotate_current_chat(None, self._request_failure)  # pydantic-ai's chat
         # Every function tool call of the answer is checked before any of them starts: a bad one
         # fails the agent run here, instead of in its own task where its siblings may have run.
         tools = {tool.name for tool in request_context.model_request_parameters.function_tools}
@@ -272,64 +241,91 @@ class HarnessCapability(AbstractCapability[Any]):
         args: ValidatedToolArgs,
         handler: WrapToolExecuteHandler,
     ) -> Any:
-        if self.tracing is not None:
-            handler = self._numbered(call.tool_call_id, handler)
         try:
             return await self._tools.call_async(call.tool_name, call.tool_call_id, handler, args)
         except RunTerminated as refused:
-            if self.tracing is not None:  # outside pydantic-ai's execute_tool span: the run's
-                self.tracing.annotate_current_run(self.ctx)
             # Refused before it started (or its result refused): the run has ended, and its next
             # boundary raises that. Raising here would cancel sibling calls that are running.
             raise SkipToolExecution(f"refused by the diagnosis run: {refused}") from refused
-        finally:
-            self._attempts.pop(call.tool_call_id, None)
 
-    # -- tracing: the harness's attributes on pydantic-ai's own spans -----------------------------
+
+@final
+@dataclass(eq=False)
+class HarnessSpanAttributes(AbstractCapability[Any]):
+    """The harness's attributes on the OpenTelemetry spans pydantic-ai emits itself.
+
+    Needs the ``otel`` extra. Give it after the run's :class:`HarnessCapability`, to an agent that
+    pydantic-ai instruments (its ``Instrumentation`` capability, or ``Agent.instrument_all()``)::
+
+        Agent(model, capabilities=[HarnessCapability(ctx), HarnessSpanAttributes(capability)])
+
+    It starts no span -- nothing is doubled -- and sets, on pydantic-ai's ``invoke_agent`` span,
+    the run's termination state and exhausted dimension; on each ``chat`` span, the request's
+    outcome (and failure kind); on each ``execute_tool`` span (one per attempt), the attempt's
+    number, outcome and failure kind, as the capability's executor classifies them. A Tool call
+    the budget refused never starts, so pydantic-ai opens no span for it.
+
+    It runs inside pydantic-ai's spans (its ordering is the default one, inside pydantic-ai's
+    ``Instrumentation``, which is outermost) and finds each as OpenTelemetry's current span: that
+    is OpenTelemetry's context, set by pydantic-ai, not the harness's. A separate capability, so
+    that an agent without tracing pays for none of its hooks.
+    """
+
+    capability: HarnessCapability
+    # tool_call_id -> the attempts started so far; written and read in wrap_tool_execute only
+    _attempts: dict[str, int] = field(init=False, repr=False, default_factory=dict)
+    _span: CurrentSpan = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if type(self.capability) is not HarnessCapability:
+            raise TypeError(f"capability must be a HarnessCapability, got {self.capability!r}")
+        from .otel import CurrentSpan  # noqa: PLC0415 - lazy: the optional `otel` extra
+
+        self._span = CurrentSpan()
+
+    def _kind(self, error: Exception) -> FailureKind:
+        return self.capability.executor.classify(error)
+
+    async def wrap_run(
+        self, ctx: AgentRunContext[Any], *, handler: WrapRunHandler
+    ) -> AgentRunResult[Any]:
+        try:
+            return await handler()
+        finally:  # the run's after_run / on_run_error hooks, which record its outcome, have run
+            self._span.run(self.capability.ctx)
+
+    async def after_model_request(
+        self,
+        ctx: AgentRunContext[Any],
+        *,
+        request_context: ModelRequestContext,
+        response: ModelResponse,
+    ) -> ModelResponse:
+        self._span.chat(None, self._kind)
+        return response
 
     async def on_model_request_error(
         self, ctx: AgentRunContext[Any], *, request_context: ModelRequestContext, error: Exception
     ) -> ModelResponse:
-        if self.tracing is not None:
-            self.tracing.annotate_current_chat(error, self._request_failure)  # pydantic-ai's chat
+        self._span.chat(error, self._kind)
         raise error
 
-    def _numbered(
-        self, tool_call_id: str, handler: WrapToolExecuteHandler
-    ) -> WrapToolExecuteHandler:
-        """``handler``, each call of it (an attempt: a new execute_tool span) numbered."""
-        attempts = self._attempts
-
-        async def numbered(args: ValidatedToolArgs) -> Any:
-            attempts[tool_call_id] = attempts.get(tool_call_id, 0) + 1
-            return await handler(args)
-
-        return numbered
-
-    async def after_tool_execute(
+    async def wrap_tool_execute(
         self,
         ctx: AgentRunContext[Any],
         *,
         call: ToolCallPart,
         tool_def: ToolDefinition,
         args: ValidatedToolArgs,
-        result: Any,
+        handler: WrapToolExecuteHandler,
     ) -> Any:
-        if self.tracing is not None:  # inside pydantic-ai's execute_tool span
-            number = self._attempts.get(call.tool_call_id, 0)
-            self.tracing.annotate_current_tool(number, None, self.executor.classify)
+        number = self._attempts.get(call.tool_call_id, 0) + 1
+        self._attempts[call.tool_call_id] = number
+        try:
+            result = await handler(args)
+        except BaseException as error:
+            self._span.tool(number, error, self._kind)
+            raise
+        self._span.tool(number, None, self._kind)
+        del self._attempts[call.tool_call_id]  # the call is done: its last attempt succeeded
         return result
-
-    async def on_tool_execute_error(
-        self,
-        ctx: AgentRunContext[Any],
-        *,
-        call: ToolCallPart,
-        tool_def: ToolDefinition,
-        args: ValidatedToolArgs,
-        error: Exception,
-    ) -> Any:
-        if self.tracing is not None:  # inside pydantic-ai's execute_tool span
-            number = self._attempts.get(call.tool_call_id, 0)  # a retry numbers the next one
-            self.tracing.annotate_current_tool(number, error, self.executor.classify)
-        raise error
