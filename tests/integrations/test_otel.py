@@ -411,6 +411,14 @@ def test_an_openai_agents_run_has_chat_and_tool_spans_under_the_run_span(
     assert not any(key in value for value in _attribute_values(spans))
 
 
+def test_span_attributes_need_the_run_s_harness_capability() -> None:
+    pytest.importorskip("pydantic_ai", reason="pydantic-ai needs Python 3.11+")
+    from diagnosis_harness.integrations.pydantic_ai import HarnessSpanAttributes  # noqa: PLC0415
+
+    with pytest.raises(TypeError, match="capability must be a HarnessCapability"):
+        HarnessSpanAttributes(_run())  # type: ignore[arg-type]  # the wrong object, on purpose
+
+
 def test_a_retried_pydantic_ai_tool_call_numbers_pydantic_ai_s_span_per_attempt(
     provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:

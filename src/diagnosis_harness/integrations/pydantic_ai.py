@@ -293,6 +293,7 @@ class HarnessSpanAttributes(AbstractCapability[Any]):
             return await handler()
         finally:  # the run's after_run / on_run_error hooks, which record its outcome, have run
             self._span.run(self.capability.ctx)
+            self._attempts.clear()  # a call whose last attempt failed left its count
 
     async def after_model_request(
         self,
