@@ -24,7 +24,9 @@ def tool_worker(url: str, run_id: str, attached: multiprocessing.synchronize.Eve
     client = redis.Redis.from_url(url, socket_timeout=2.0)
     store = RedisRunStore(client, namespace="diagnosis")
     ctx = RunContext.attach(session_id="session-7", run_id=run_id, store=store)
-    ctx.cancellation.register(lambda reason: print(f"tool worker: released ({reason.name})"))
+    ctx.cancellation.register(
+        lambda reason: print(f"tool worker: released ({reason.name})", flush=True)
+    )
     ctx.reserve_tool_call("search")  # the same budget the agent loop reserves from
     attached.set()
     ctx.cancellation.wait(timeout=30)  # the listener runs the callback when the run ends
@@ -52,13 +54,13 @@ def main(url: str) -> None:
     )
     worker.start()
     attached.wait(30)
-    print("tool calls so far:", ctx.budget.snapshot().tool_calls)
+    print("tool calls so far:", ctx.budget.snapshot().tool_calls, flush=True)
     ctx.cancellation.cancel(CancellationReason.CLIENT_DISCONNECTED)  # the client went away
     worker.join(30)
     try:
         ctx.reserve_model_call()
     except RunTerminated as error:
-        print("agent loop:", error.termination.state.name)
+        print("agent loop:", error.termination.state.name, flush=True)
     store.close()
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import pytest
 
@@ -22,13 +23,11 @@ from diagnosis_harness.conformance.suite._support import DEADLINE
 
 from ._support import SPEC, SUITE, read_json, scenarios
 
-if TYPE_CHECKING:
-    from pathlib import Path
-
 pytest_plugins = ["pytester"]
 
 RENAMED_FROM, RENAMED_TO = "Client disconnects", "Client disconnected"
 SEED_SCENARIOS = 16
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "model-checks-and-report.md"
 
 
 def _suite_args(spec: Path, *extra: str) -> list[str]:
@@ -155,6 +154,27 @@ def test_the_report_command_on_our_spec(tmp_path: Path) -> None:
     )
     assert summary[-1] == "PASS: all 16 scenarios passed"
     assert "- spec conformance -" not in done.stdout  # the plugin's section gives way
+    # The guide shows this summary: the same lines, but for what changes from run to run.
+    assert _normalised(_guide_summary()) == _normalised("\n".join(summary))
+
+
+def _guide_summary() -> str:
+    """The passing summary the guide shows (its block starting ``conformance of``)."""
+    text = GUIDE.read_text(encoding="utf-8")
+    blocks: list[str] = re.findall(r"```text\n(.*?)```", text, re.DOTALL)
+    return next(block for block in blocks if block.startswith("conformance of "))
+
+
+def _normalised(text: str) -> list[str]:
+    """What differs between runs made alike: the commit and whether the checkout is dirty, the
+    versions, the time, and whether the spec came from the checkout or a wheel."""
+    lines = []
+    for shown in text.strip().splitlines():
+        line = re.sub(r"commit [0-9a-f]+( \(dirty\))?", "commit C", shown)
+        line = re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+\+00:00", "T", line)
+        line = re.sub(r"(diagnosis-harness|Python) \S+", r"\1 V", line)
+        lines.append(line.replace("(shipped)", "(checkout)").rstrip())
+    return lines
 
 
 @pytest.mark.version_independent

@@ -1,17 +1,17 @@
 """``HarnessCapability``: a real pydantic-ai agent governed by a run.
 
 Driven offline by pydantic-ai's own ``FunctionModel`` and ``TestModel``, with real asyncio tasks and
-the worker threads pydantic-ai runs sync tools in. No sleep: a stalled model request waits on an
-event nobody sets, and every scenario is bounded by ``asyncio.wait_for(..., BOUND)``.
+the worker threads pydantic-ai runs sync tools in; its OpenAI model talks over real HTTP to the
+shared loopback provider (``loopback.py``), which counts the requests it received. No sleep: a
+stalled model request waits on an event nobody sets, and every scenario is bounded by
+``asyncio.wait_for(..., BOUND)``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import http.server
-import json
 import threading
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import openai
 import pytest
@@ -50,8 +50,10 @@ from diagnosis_harness.integrations import ModelClientConfig, async_openai_clien
 from diagnosis_harness.integrations.pydantic_ai import HarnessCapability, tool_result_bytes
 from racing import BOUND, race
 
+from .loopback import LoopbackServer, Reply
+
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine, Iterator
+    from collections.abc import Callable, Coroutine
 
     from diagnosis_harness import Clock
 
@@ -582,37 +584,11 @@ def test_tool_result_bytes_counts_what_pydantic_ai_sends() -> None:
 # -- the provider's hidden retries ----------------------------------------------------------------
 
 
-class _FailingProvider(http.server.BaseHTTPRequestHandler):
-    """A Chat Completions endpoint that answers every request with a 500, and counts them."""
-
-    requests: ClassVar[list[str]] = []
-
-    def do_POST(self) -> None:
-        self.requests.append(self.path)
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        body = json.dumps({"error": {"message": "overloaded", "type": "server_error"}}).encode()
-        self.send_response(500)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *_args: object) -> None:
-        return  # the test's output is the assertions'
-
-
 @pytest.fixture
-def failing_provider() -> Iterator[tuple[str, list[str]]]:
-    _FailingProvider.requests = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FailingProvider)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", _FailingProvider.requests
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(BOUND)
+def failing_provider(loopback: LoopbackServer) -> LoopbackServer:
+    """The loopback provider answering every request with a 500 (it counts the requests)."""
+    loopback.default = Reply(status=500)
+    return loopback
 
 
 def _openai_agent(client: openai.AsyncOpenAI) -> Agent[None, str]:
@@ -621,27 +597,29 @@ def _openai_agent(client: openai.AsyncOpenAI) -> Agent[None, str]:
 
 
 def test_a_model_whose_client_retries_on_its_own_is_refused_before_any_request(
-    failing_provider: tuple[str, list[str]],
+    failing_provider: LoopbackServer,
 ) -> None:
-    url, requests = failing_provider
     ctx = _run()
-    client = openai.AsyncOpenAI(api_key="test", base_url=url)  # the SDK's default: 2 retries
+    client = openai.AsyncOpenAI(  # the SDK's default: 2 retries
+        api_key="test", base_url=failing_provider.openai_url
+    )
     with pytest.raises(ValueError, match="max_retries=2"):
         _bounded(_openai_agent(client).run("why?", capabilities=[HarnessCapability(ctx)]))
-    assert requests == []
+    assert failing_provider.requests == ()
     assert ctx.budget.snapshot().model_calls == 0
     _bounded(client.close())
 
 
 def test_the_provider_sees_exactly_the_model_calls_the_run_reserved(
-    failing_provider: tuple[str, list[str]],
+    failing_provider: LoopbackServer,
 ) -> None:
-    url, requests = failing_provider
     ctx = _run()
-    config = ModelClientConfig(max_attempts=1, timeout_seconds=10.0, base_url=url)
+    config = ModelClientConfig(
+        max_attempts=1, timeout_seconds=10.0, base_url=failing_provider.openai_url
+    )
     client = async_openai_client(config, api_key="test")
     with pytest.raises(ModelHTTPError):
         _bounded(_openai_agent(client).run("why?", capabilities=[HarnessCapability(ctx)]))
-    assert len(requests) == ctx.budget.snapshot().model_calls == 1
+    assert failing_provider.count == ctx.budget.snapshot().model_calls == 1
     assert ctx.lifecycle.state is RunState.FAILED
     _bounded(client.close())

@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -239,3 +241,41 @@ def test_the_guide_shows_what_the_command_prints() -> None:
     assert _cli.run(_args(*SMALL), out=out, err=io.StringIO()) == 0
     shown = _guide_block("diagnosis-harness model-check (profile ci)")
     assert _normalised(shown) == _normalised(out.getvalue())
+
+
+# -- what a run leaves behind ----------------------------------------------------------------------
+
+
+@pytest.mark.version_independent
+@pytest.mark.end_to_end
+def test_a_run_writes_nothing_in_the_working_directory(tmp_path: Path) -> None:
+    """The command in a fresh interpreter, in an empty cwd, with ``TMPDIR`` a directory of its
+    own and ``HYPOTHESIS_STORAGE_DIRECTORY`` unset: the cwd is still empty afterwards (it used
+    to get ``.hypothesis/``, Hypothesis's constants cache), and so is ``TMPDIR`` -- the
+    temporary directory the run kept Hypothesis's files in is gone."""
+    cwd, temp = tmp_path / "cwd", tmp_path / "tmp"
+    cwd.mkdir()
+    temp.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HYPOTHESIS_", "PYTEST_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "diagnosis_harness", "model-check", *SMALL],
+        cwd=cwd,
+        env=env | {"TMPDIR": str(temp)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "model-check passed" in done.stdout
+    assert sorted(p.name for p in cwd.rglob("*")) == []
+    assert sorted(p.name for p in temp.rglob("*")) == []
+
+
+def test_a_storage_directory_the_user_set_is_kept(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path))
+    with _cli._hypothesis_storage():
+        assert os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] == str(tmp_path)
+    assert os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] == str(tmp_path)

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 
     from .server import RedisServer
 
-pytestmark = pytest.mark.version_independent
+# Eight spawned interpreters each, where coverage.py does not follow: run once, in `e2e`.
+pytestmark = [pytest.mark.version_independent, pytest.mark.end_to_end]
 
 PROCESSES = 8
 _SPAWN = multiprocessing.get_context("spawn")

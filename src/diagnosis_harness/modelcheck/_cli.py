@@ -19,13 +19,21 @@ coverage of every row of every table, with every check's result, as JSON.
 
 Exit status: 0 when every check passed and every row was taken; 1 when something failed (or
 ``--spin`` was asked for and Spin is unavailable); 2 when the ``modelcheck`` extra is missing.
+
+Nothing is written in the current directory (but ``--coverage-out``): Hypothesis keeps its files
+-- its constants cache, the ``dev`` profile's example database -- under
+``HYPOTHESIS_STORAGE_DIRECTORY``, ``.hypothesis/`` in the current directory by default, so the
+command points it at a temporary directory removed when it ends, unless it is set. (The ``deep``
+profile keeps its database in the user's cache on purpose: see ``_profiles``.)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -215,6 +223,26 @@ def render(summary: ModelCheckSummary) -> str:
 
 # -- the command -----------------------------------------------------------------------------------
 
+_STORAGE: Final = "HYPOTHESIS_STORAGE_DIRECTORY"
+
+
+@contextmanager
+def _hypothesis_storage() -> Iterator[None]:
+    """Hypothesis's files in a temporary directory for the block, unless ``_STORAGE`` is set.
+
+    Hypothesis reads the variable the first time it stores anything in the process, which in
+    the command's own process is during the checks.
+    """
+    if os.environ.get(_STORAGE):
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="diagnosis-harness-model-check-") as scratch:
+        os.environ[_STORAGE] = scratch
+        try:
+            yield
+        finally:
+            os.environ.pop(_STORAGE, None)
+
 
 def _checks(
     args: argparse.Namespace, steps: _Steps, coverage: TransitionCoverage
@@ -286,7 +314,7 @@ def run(args: argparse.Namespace, *, out: IO[str] | None = None, err: IO[str] | 
 
     # Hypothesis's own report of a failing example goes to stderr: stdout is the summary (or
     # the JSON document), and the counterexample is in it already.
-    with with_reporter(lambda text: print(text, file=err)):
+    with _hypothesis_storage(), with_reporter(lambda text: print(text, file=err)):
         if progress is None:
             checks = _checks(args, steps, coverage)
         else:
