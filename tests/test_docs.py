@@ -49,7 +49,10 @@ _MARKER = "# ->"
 _LINK = re.compile(r"\]\((?P<target>[^)\s#:]+\.md)?(?:#(?P<anchor>[^)\s]+))?\)")
 _NOT_EXECUTED_ALIASES = frozenset({"py", "python3", "py3"})
 # Pages whose examples need a package some supported Pythons cannot install.
-_NEEDS = {"docs/guides/pydantic-ai.md": "pydantic_ai"}
+_NEEDS = {
+    "docs/guides/pydantic-ai.md": "pydantic_ai",
+    "docs/guides/opentelemetry.md": "pydantic_ai",
+}
 
 
 @dataclass(frozen=True)

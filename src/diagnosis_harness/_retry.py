@@ -435,7 +435,7 @@ class HarnessRetryExecutor:
             _attach(error, self._store(policy, attempts, StopReason.INTERRUPTED, target))
             return None
         try:
-            kind = self._classify(error)
+            kind = self.classify(error)
         except Exception as broken:  # a classifier bug: the attempt still happened; record it
             attempts.extend((number, _FAILED, FailureKind.UNKNOWN.name, started, self._now()))
             target = _step(_ATTEMPTING, _FAIL, False)
@@ -486,7 +486,13 @@ class HarnessRetryExecutor:
             return self._ctx.retry_policies[policy]
         raise TypeError(f"policy must be a RetryPolicy or a policy name, got {policy!r}")
 
-    def _classify(self, error: Exception) -> FailureKind:
+    def classify(self, error: Exception) -> FailureKind:
+        """The kind this executor records for an attempt that raised ``error``.
+
+        A ``RunTerminated`` is its ending's kind, a ``HarnessFailure`` its own, anything else the
+        classifier's answer (``UNKNOWN`` without one, or when it answers ``None``). Public so
+        that an observer of the attempts (the OpenTelemetry spans) names the same kind.
+        """
         if isinstance(error, RunTerminated):
             return ENDINGS[error.termination.state].failure
         if isinstance(error, HarnessFailure):

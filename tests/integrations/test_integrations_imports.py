@@ -11,7 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-OPTIONAL = ("openai", "anthropic", "yaml", "httpx", "httpx2", "pydantic")
+OPTIONAL = ("openai", "anthropic", "yaml", "httpx", "httpx2", "pydantic", "opentelemetry")
 
 
 def _run(code: str, *, extra_path: Path | None = None) -> str:

@@ -22,6 +22,9 @@ and a missing one is an ``ImportError`` that names the extra to install
   limits included), keyed by the framework's Tool Call ID unchanged, run under the Tool retry
   policy, its result's bytes counted. ``diagnosis_harness.integrations.pydantic_ai`` (the
   ``pydantic-ai`` extra, imported only by you) builds a pydantic-ai capability on it.
+- Tracing: ``diagnosis_harness.integrations.otel.HarnessTracing`` (the ``otel`` extra, imported
+  only by you) is passed as ``tracing=`` to the governed calls, ``GovernedTools`` and
+  ``harness_run_config``: OpenTelemetry spans per run, model attempt and Tool call.
 
 See ``docs/guides/wiring-sdk-clients.md`` for wiring a client, and ``docs/guides/hidden-retries.md``
 for why the SDKs' own retries are off.

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .._context import RunContext
     from .._retry import HarnessRetryExecutor
     from .._retry_policy import RetryPolicy
+    from .otel import HarnessTracing
 
 __all__ = ["AsyncGovernedAnthropic", "GovernedAnthropic"]
 
@@ -129,8 +130,8 @@ class GovernedAnthropic:
 
     The arguments and refusals are those of ``GovernedOpenAI``: ``policy`` (a name or a
     ``RetryPolicy``), ``executor`` (by default a new one with ``classify_anthropic``),
-    ``request_timeout``; a client with ``max_retries`` other than 0 is a ``ValueError``, an
-    ``AsyncAnthropic`` or anything else a ``TypeError``.
+    ``request_timeout``, ``tracing``; a client with ``max_retries`` other than 0 is a
+    ``ValueError``, an ``AsyncAnthropic`` or anything else a ``TypeError``.
     """
 
     __slots__ = ("_client", "_gov")
@@ -143,6 +144,7 @@ class GovernedAnthropic:
         policy: str | RetryPolicy,
         executor: HarnessRetryExecutor | None = None,
         request_timeout: float | None = None,
+        tracing: HarnessTracing | None = None,
     ) -> None:
         _checked_client(client, "Anthropic", "AsyncAnthropic", "AsyncGovernedAnthropic")
         self._gov = Governance(
@@ -151,6 +153,8 @@ class GovernedAnthropic:
             executor=executor,
             request_timeout=request_timeout,
             classifier=classify_anthropic,
+            tracing=tracing,
+            provider="anthropic",
         )
         self._client = client
 
@@ -179,7 +183,7 @@ class GovernedAnthropic:
             message: Message = client.messages.create(**params, timeout=timeout)
             return message
 
-        return call(self._gov, send, _usage_of, client.timeout, _CALL)
+        return call(self._gov, send, _usage_of, client.timeout, _CALL, model=params["model"])
 
     def stream(self, **params: Any) -> GovernedStream[RawMessageStreamEvent]:
         """One governed ``messages.create(stream=True)``: its raw events, as they arrive.
@@ -193,7 +197,7 @@ class GovernedAnthropic:
         def open_(timeout: Any) -> Any:
             return client.messages.create(**params, stream=True, timeout=timeout)
 
-        return open_stream(self._gov, open_, _Meter, client.timeout, _CALL)
+        return open_stream(self._gov, open_, _Meter, client.timeout, _CALL, model=params["model"])
 
 
 @final
@@ -214,6 +218,7 @@ class AsyncGovernedAnthropic:
         policy: str | RetryPolicy,
         executor: HarnessRetryExecutor | None = None,
         request_timeout: float | None = None,
+        tracing: HarnessTracing | None = None,
     ) -> None:
         _checked_client(client, "AsyncAnthropic", "Anthropic", "GovernedAnthropic")
         self._gov = Governance(
@@ -222,6 +227,8 @@ class AsyncGovernedAnthropic:
             executor=executor,
             request_timeout=request_timeout,
             classifier=classify_anthropic,
+            tracing=tracing,
+            provider="anthropic",
         )
         self._client = client
 
@@ -246,7 +253,9 @@ class AsyncGovernedAnthropic:
         def send(timeout: Any) -> Any:
             return client.messages.create(**params, timeout=timeout)
 
-        return await call_async(self._gov, send, _usage_of, client.timeout, _CALL)
+        return await call_async(
+            self._gov, send, _usage_of, client.timeout, _CALL, model=params["model"]
+        )
 
     async def stream(self, **params: Any) -> AsyncGovernedStream[RawMessageStreamEvent]:
         """One governed streaming call; ``async for`` its raw events. See ``GovernedAnthropic``."""
@@ -256,4 +265,6 @@ class AsyncGovernedAnthropic:
         def open_(timeout: Any) -> Any:
             return client.messages.create(**params, stream=True, timeout=timeout)
 
-        return await open_stream_async(self._gov, open_, _Meter, client.timeout, _CALL)
+        return await open_stream_async(
+            self._gov, open_, _Meter, client.timeout, _CALL, model=params["model"]
+        )

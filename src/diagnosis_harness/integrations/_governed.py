@@ -36,10 +36,11 @@ from .._retry import HarnessRetryExecutor
 from .._retry_policy import RetryPolicy
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterator
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
     from types import TracebackType
 
     from .._retry import Classifier
+    from .otel import HarnessTracing
 
 __all__ = [
     "AsyncGovernedStream",
@@ -116,7 +117,7 @@ class Governance:
     Validated once, when the wrapper is built, so a bad argument is an error before any request.
     """
 
-    __slots__ = ("ctx", "executor", "policy", "request_timeout")
+    __slots__ = ("ctx", "executor", "policy", "provider", "request_timeout", "tracing")
 
     def __init__(
         self,
@@ -126,6 +127,8 @@ class Governance:
         executor: HarnessRetryExecutor | None,
         request_timeout: float | None,
         classifier: Classifier,
+        tracing: HarnessTracing | None = None,
+        provider: str = "",
     ) -> None:
         if type(ctx) is not RunContext:
             raise TypeError(f"ctx must be a RunContext, got {ctx!r}")
@@ -144,6 +147,46 @@ class Governance:
         self.policy = policy
         self.executor = executor
         self.request_timeout = _positive_seconds("request_timeout", request_timeout)
+        if tracing is not None:  # OpenTelemetry is imported only when tracing is asked for
+            from .otel import check_tracing  # noqa: PLC0415 - lazy: the optional `otel` extra
+
+            check_tracing(tracing)
+        self.tracing = tracing
+        self.provider = provider  # gen_ai.provider.name of the chat spans
+
+    def traced(
+        self,
+        attempt: Callable[[], R],
+        model: object,
+        usage_of: Callable[[R], TokenUsage | None] | None,
+    ) -> Callable[[], R]:
+        """``attempt`` with a ``chat`` span per call when tracing, else ``attempt`` itself."""
+        if self.tracing is None:
+            return attempt
+        return self.tracing.chat_attempts(
+            attempt,
+            provider=self.provider,
+            model=str(model),
+            classify=self.executor.classify,
+            usage_of=usage_of,
+        )
+
+    def traced_async(
+        self,
+        attempt: Callable[[], Awaitable[R]],
+        model: object,
+        usage_of: Callable[[R], TokenUsage | None] | None,
+    ) -> Callable[[], Awaitable[R]]:
+        """:meth:`traced` for an async attempt."""
+        if self.tracing is None:
+            return attempt
+        return self.tracing.chat_attempts_async(
+            attempt,
+            provider=self.provider,
+            model=str(model),
+            classify=self.executor.classify,
+            usage_of=usage_of,
+        )
 
     def timeout(self, client_timeout: object) -> object:
         """The request's ``timeout=``: the client's (or ``request_timeout``), cut to the deadline.
@@ -250,6 +293,8 @@ def call(
     usage_of: Callable[[R], TokenUsage | None],
     client_timeout: object,
     name: str,
+    *,
+    model: object = None,
 ) -> R:
     """One governed call: ``send(timeout)`` per attempt, on a worker, under the executor."""
 
@@ -283,7 +328,7 @@ def call(
             relay.stop()  # one item is all the caller takes
         return cast("R", item)  # the worker's one other item is the response
 
-    return gov.executor.execute(gov.policy, attempt)
+    return gov.executor.execute(gov.policy, gov.traced(attempt, model, usage_of))
 
 
 @final
@@ -364,6 +409,8 @@ def open_stream(
     meter: Callable[[], UsageMeter[C]],
     client_timeout: object,
     name: str,
+    *,
+    model: object = None,
 ) -> GovernedStream[C]:
     """One governed streaming call: ``open_(timeout)`` per attempt, under the executor."""
 
@@ -393,7 +440,7 @@ def open_stream(
             raise
         return GovernedStream(gov, relay, usage)
 
-    return gov.executor.execute(gov.policy, attempt)
+    return gov.executor.execute(gov.policy, gov.traced(attempt, model, None))
 
 
 def _pump(
@@ -441,6 +488,8 @@ async def call_async(
     usage_of: Callable[[R], TokenUsage | None],
     client_timeout: object,
     name: str,
+    *,
+    model: object = None,
 ) -> R:
     """One governed call in asyncio: ``await send(timeout)`` per attempt, under the executor."""
 
@@ -459,7 +508,7 @@ async def call_async(
         gov.record(usage)
         return response
 
-    return await gov.executor.execute_async(gov.policy, attempt)
+    return await gov.executor.execute_async(gov.policy, gov.traced_async(attempt, model, usage_of))
 
 
 @final
@@ -542,6 +591,8 @@ async def open_stream_async(
     meter: Callable[[], UsageMeter[C]],
     client_timeout: object,
     name: str,
+    *,
+    model: object = None,
 ) -> AsyncGovernedStream[C]:
     """One governed streaming call in asyncio: ``await open_(timeout)`` per attempt."""
 
@@ -556,4 +607,4 @@ async def open_stream_async(
             raise
         return AsyncGovernedStream(gov, stream, meter(), name)
 
-    return await gov.executor.execute_async(gov.policy, attempt)
+    return await gov.executor.execute_async(gov.policy, gov.traced_async(attempt, model, None))

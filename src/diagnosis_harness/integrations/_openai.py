@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .._context import RunContext
     from .._retry import HarnessRetryExecutor
     from .._retry_policy import RetryPolicy
+    from .otel import HarnessTracing
 
 __all__ = ["AsyncGovernedOpenAI", "GovernedOpenAI"]
 
@@ -112,6 +113,8 @@ class GovernedOpenAI:
     the attempts (give one built with ``classify_openai`` or ``classify_sdk``); by default a new
     one with ``classify_openai``, read from :attr:`executor`. ``request_timeout`` (seconds)
     replaces the client's timeout; either is cut to the time left before the run's deadline.
+    ``tracing`` (a :class:`~diagnosis_harness.integrations.HarnessTracing`, the ``otel`` extra)
+    gives each attempt a ``chat {model}`` span, a child of its parent span.
 
     The client must send one request per call: a client with ``max_retries`` other than 0 is a
     ``ValueError`` (pass ``client.with_options(max_retries=0)``), an ``AsyncOpenAI`` or anything
@@ -128,6 +131,7 @@ class GovernedOpenAI:
         policy: str | RetryPolicy,
         executor: HarnessRetryExecutor | None = None,
         request_timeout: float | None = None,
+        tracing: HarnessTracing | None = None,
     ) -> None:
         _checked_client(client, "OpenAI", "AsyncOpenAI", "AsyncGovernedOpenAI")
         self._gov = Governance(
@@ -136,6 +140,8 @@ class GovernedOpenAI:
             executor=executor,
             request_timeout=request_timeout,
             classifier=classify_openai,
+            tracing=tracing,
+            provider="openai",
         )
         self._client = client
 
@@ -165,7 +171,7 @@ class GovernedOpenAI:
             completion: ChatCompletion = client.chat.completions.create(**params, timeout=timeout)
             return completion
 
-        return call(self._gov, send, _usage_of, client.timeout, _CALL)
+        return call(self._gov, send, _usage_of, client.timeout, _CALL, model=params["model"])
 
     def stream(self, **params: Any) -> GovernedStream[ChatCompletionChunk]:
         """One governed streaming ``chat.completions.create``: its chunks, as they arrive.
@@ -180,7 +186,7 @@ class GovernedOpenAI:
         def open_(timeout: Any) -> Any:
             return client.chat.completions.create(**params, stream=True, timeout=timeout)
 
-        return open_stream(self._gov, open_, _Meter, client.timeout, _CALL)
+        return open_stream(self._gov, open_, _Meter, client.timeout, _CALL, model=params["model"])
 
 
 @final
@@ -201,6 +207,7 @@ class AsyncGovernedOpenAI:
         policy: str | RetryPolicy,
         executor: HarnessRetryExecutor | None = None,
         request_timeout: float | None = None,
+        tracing: HarnessTracing | None = None,
     ) -> None:
         _checked_client(client, "AsyncOpenAI", "OpenAI", "GovernedOpenAI")
         self._gov = Governance(
@@ -209,6 +216,8 @@ class AsyncGovernedOpenAI:
             executor=executor,
             request_timeout=request_timeout,
             classifier=classify_openai,
+            tracing=tracing,
+            provider="openai",
         )
         self._client = client
 
@@ -233,7 +242,9 @@ class AsyncGovernedOpenAI:
         def send(timeout: Any) -> Any:
             return client.chat.completions.create(**params, timeout=timeout)
 
-        return await call_async(self._gov, send, _usage_of, client.timeout, _CALL)
+        return await call_async(
+            self._gov, send, _usage_of, client.timeout, _CALL, model=params["model"]
+        )
 
     async def stream(self, **params: Any) -> AsyncGovernedStream[ChatCompletionChunk]:
         """One governed streaming call; ``async for`` its chunks. See ``GovernedOpenAI``."""
@@ -243,4 +254,6 @@ class AsyncGovernedOpenAI:
         def open_(timeout: Any) -> Any:
             return client.chat.completions.create(**params, stream=True, timeout=timeout)
 
-        return await open_stream_async(self._gov, open_, _Meter, client.timeout, _CALL)
+        return await open_stream_async(
+            self._gov, open_, _Meter, client.timeout, _CALL, model=params["model"]
+        )

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from .._retry import Classifier
+    from .otel import HarnessTracing
 
 __all__ = ["GovernedTools", "result_bytes"]
 
@@ -91,13 +92,14 @@ class GovernedTools:
     or a :class:`RetryPolicy`); ``key_prefix`` the first segment of every Tool Call key;
     ``executor`` the :class:`HarnessRetryExecutor` whose journal records the attempts (a new one
     with ``classifier`` by default); ``measure`` the size of a result in bytes
-    (:func:`result_bytes` by default). Everything is checked here, before any Tool call.
+    (:func:`result_bytes` by default); ``tracing`` (a ``HarnessTracing``, the ``otel`` extra) an
+    ``execute_tool {tool}`` span per Tool call. Everything is checked here, before any Tool call.
 
     Holds no state of its own beyond that configuration: the counters are the run's, the journal
     the executor's. Thread- and task-safe as those are.
     """
 
-    __slots__ = ("_ctx", "_executor", "_keys", "_measure", "_policy")
+    __slots__ = ("_ctx", "_executor", "_keys", "_measure", "_policy", "_tracing")
 
     def __init__(
         self,
@@ -108,6 +110,7 @@ class GovernedTools:
         executor: HarnessRetryExecutor | None = None,
         classifier: Classifier | None = None,
         measure: Callable[[object], int] | None = None,
+        tracing: HarnessTracing | None = None,
     ) -> None:
         if type(ctx) is not RunContext:
             raise TypeError(f"ctx must be a RunContext, got {ctx!r}")
@@ -124,6 +127,11 @@ class GovernedTools:
         if measure is not None and not callable(measure):
             raise TypeError(f"measure must be callable (result -> bytes), got {measure!r}")
         self._measure = result_bytes if measure is None else measure
+        if tracing is not None:  # OpenTelemetry is imported only when tracing is asked for
+            from .otel import check_tracing  # noqa: PLC0415 - lazy: the optional `otel` extra
+
+            check_tracing(tracing)
+        self._tracing = tracing
 
     @property
     def ctx(self) -> RunContext:
@@ -179,9 +187,15 @@ class GovernedTools:
             reserve()
             return fn(*args, **kwargs)
 
-        result = self._executor.execute(self._policy, attempt)
-        self.record_result(result)
-        return result
+        def run(attempt: Callable[[], T]) -> T:
+            result = self._executor.execute(self._policy, attempt)
+            self.record_result(result)
+            return result
+
+        if self._tracing is None:
+            return run(attempt)
+        classify = self._executor.classify
+        return self._tracing.tool_call(tool, tool_call_id, classify, run, attempt)
 
     async def call_async(
         self,
@@ -202,9 +216,15 @@ class GovernedTools:
             reserve()
             return await fn(*args, **kwargs)
 
-        result = await self._executor.execute_async(self._policy, attempt)
-        self.record_result(result)
-        return result
+        async def run(attempt: Callable[[], Awaitable[T]]) -> T:
+            result = await self._executor.execute_async(self._policy, attempt)
+            self.record_result(result)
+            return result
+
+        if self._tracing is None:
+            return await run(attempt)
+        classify = self._executor.classify
+        return await self._tracing.tool_call_async(tool, tool_call_id, classify, run, attempt)
 
     def _reservation(self, tool: str) -> Callable[[], None]:
         """What each attempt calls first: the first reserves the Tool call, retries nothing.

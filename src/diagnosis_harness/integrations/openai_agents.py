@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, TypeVar, final
 
 from .._boundary import Boundary
 from .._context import RunContext
@@ -53,6 +53,7 @@ from .._errors import RunTerminated
 from .._retry import HarnessRetryExecutor
 from ._classify import classify_openai
 from ._extras import missing_extra
+from ._governed import TokenUsage
 from ._tools import GovernedTools, _budget_key, _policy_of
 
 try:
@@ -91,6 +92,7 @@ if TYPE_CHECKING:
 
     from .._retry import Classifier
     from .._retry_policy import RetryPolicy
+    from .otel import HarnessTracing
 
 __all__ = [
     "governed_tool",
@@ -102,6 +104,8 @@ __all__ = [
 DEFAULT_MODEL_POLICY = "diagnosis_agent"
 DEFAULT_TOOL_POLICY = "tool_call"
 
+T = TypeVar("T")
+
 # RunConfig fields the harness sets itself: given in **kw they would be silently replaced.
 _OWNED_KEYS = frozenset({"call_model_input_filter"})
 
@@ -110,7 +114,7 @@ _OWNED_KEYS = frozenset({"call_model_input_filter"})
 class _Governance:
     """One run config's link to its run: the context, the executor, the governed Tools."""
 
-    __slots__ = ("ctx", "executor", "model_policy", "tools")
+    __slots__ = ("ctx", "executor", "model_policy", "tools", "tracing")
 
     def __init__(
         self,
@@ -118,11 +122,28 @@ class _Governance:
         executor: HarnessRetryExecutor,
         model_policy: RetryPolicy,
         tools: GovernedTools,
+        tracing: HarnessTracing | None = None,
     ) -> None:
         self.ctx = ctx
         self.executor = executor
         self.model_policy = model_policy
         self.tools = tools
+        self.tracing = tracing
+
+    def traced(
+        self, attempt: Callable[[], Awaitable[T]], model: object, usage: bool
+    ) -> Callable[[], Awaitable[T]]:
+        """``attempt`` with a ``chat`` span per call when tracing (with the response's usage
+        when ``usage``: a stream's comes with its last event, after the attempt)."""
+        if self.tracing is None:
+            return attempt
+        return self.tracing.chat_attempts_async(
+            attempt,
+            provider="openai",
+            model=str(getattr(model, "model", type(model).__name__)),
+            classify=self.executor.classify,
+            usage_of=_usage_of if usage else None,
+        )
 
     def check_tools(self, tools: list[Tool]) -> None:
         """Refuse, before any request, an agent offering a function tool the harness cannot see."""
@@ -144,6 +165,10 @@ class _Governance:
 
     def record_usage(self, input_tokens: int, output_tokens: int) -> None:
         self.ctx.record_token_usage(input_tokens=input_tokens, output_tokens=output_tokens)
+
+
+def _usage_of(response: Any) -> TokenUsage:
+    return TokenUsage(response.usage.input_tokens, response.usage.output_tokens)
 
 
 @final
@@ -191,7 +216,8 @@ class _GovernedModel(Model):
                     prompt=prompt,
                 )
 
-        response = await governance.executor.execute_async(governance.model_policy, attempt)
+        traced = governance.traced(attempt, self._inner, usage=True)
+        response = await governance.executor.execute_async(governance.model_policy, traced)
         governance.record_usage(response.usage.input_tokens, response.usage.output_tokens)
         governance.check_calls(response.output)
         return response
@@ -243,7 +269,7 @@ class _GovernedModel(Model):
                 raise
 
         event: TResponseStreamEvent | None = await governance.executor.execute_async(
-            governance.model_policy, attempt
+            governance.model_policy, governance.traced(attempt, self._inner, usage=False)
         )
         assert events is not None
         try:
@@ -341,6 +367,7 @@ def harness_run_config(
     tool_policy: RetryPolicy | str = DEFAULT_TOOL_POLICY,
     executor: HarnessRetryExecutor | None = None,
     classifier: Classifier | None = None,
+    tracing: HarnessTracing | None = None,
     **kw: Any,
 ) -> RunConfig:
     """A ``RunConfig`` under which an agent run's Model and Tool calls are the run's ``ctx``'s.
@@ -352,8 +379,10 @@ def harness_run_config(
     ``RunConfig``: ``model_provider`` (default the SDK's ``MultiProvider``) and a ``Model``
     given as ``model`` are wrapped; ``model_settings`` gets
     ``retry=ModelRetrySettings(max_retries=0)`` (any other retry setting is refused) and usage in
-    streams. ``call_model_input_filter`` is the harness's and refused. Everything is checked
-    here; nothing changes the run.
+    streams. ``call_model_input_filter`` is the harness's and refused. ``tracing`` (a
+    ``HarnessTracing``, the ``otel`` extra) gives each Model attempt a ``chat`` span and each Tool
+    call an ``execute_tool`` span (the SDK's own tracing is not OpenTelemetry's: nothing doubles).
+    Everything is checked here; nothing changes the run.
     """
     if type(ctx) is not RunContext:
         raise TypeError(f"ctx must be a RunContext, got {ctx!r}")
@@ -371,8 +400,8 @@ def harness_run_config(
         )
     elif type(executor) is not HarnessRetryExecutor:
         raise TypeError(f"executor must be a HarnessRetryExecutor, got {executor!r}")
-    tools = GovernedTools(ctx, policy=tool_policy, executor=executor)
-    governance = _Governance(ctx, executor, policy, tools)
+    tools = GovernedTools(ctx, policy=tool_policy, executor=executor, tracing=tracing)
+    governance = _Governance(ctx, executor, policy, tools, tracing)
 
     config = RunConfig(**kw)  # the SDK checks and coerces the user's settings
     settings = config.model_settings or ModelSettings()

@@ -66,10 +66,12 @@ if TYPE_CHECKING:
     from pydantic_ai.tools import ToolDefinition
 
     from .._context import RunContext
+    from .._failure import FailureKind
     from .._retry import Classifier, HarnessRetryExecutor
     from .._retry_policy import RetryPolicy
+    from .otel import CurrentSpan
 
-__all__ = ["HarnessCapability", "tool_result_bytes"]
+__all__ = ["HarnessCapability", "HarnessSpanAttributes", "tool_result_bytes"]
 
 # The endings the harness decides itself; SUCCESS and FAILED follow how the agent run ended.
 _HARNESS_ENDINGS = frozenset({RunState.CANCELLED, RunState.TIMED_OUT, RunState.BUDGET_EXHAUSTED})
@@ -245,3 +247,86 @@ class HarnessCapability(AbstractCapability[Any]):
             # Refused before it started (or its result refused): the run has ended, and its next
             # boundary raises that. Raising here would cancel sibling calls that are running.
             raise SkipToolExecution(f"refused by the diagnosis run: {refused}") from refused
+
+
+@final
+@dataclass(eq=False)
+class HarnessSpanAttributes(AbstractCapability[Any]):
+    """The harness's attributes on the OpenTelemetry spans pydantic-ai emits itself.
+
+    Needs the ``otel`` extra. Give it after the run's :class:`HarnessCapability`, to an agent that
+    pydantic-ai instruments (its ``Instrumentation`` capability, or ``Agent.instrument_all()``)::
+
+        Agent(model, capabilities=[HarnessCapability(ctx), HarnessSpanAttributes(capability)])
+
+    It starts no span -- nothing is doubled -- and sets, on pydantic-ai's ``invoke_agent`` span,
+    the run's termination state and exhausted dimension; on each ``chat`` span, the request's
+    outcome (and failure kind); on each ``execute_tool`` span (one per attempt), the attempt's
+    number, outcome and failure kind, as the capability's executor classifies them. A Tool call
+    the budget refused never starts, so pydantic-ai opens no span for it.
+
+    It runs inside pydantic-ai's spans (its ordering is the default one, inside pydantic-ai's
+    ``Instrumentation``, which is outermost) and finds each as OpenTelemetry's current span: that
+    is OpenTelemetry's context, set by pydantic-ai, not the harness's. A separate capability, so
+    that an agent without tracing pays for none of its hooks.
+    """
+
+    capability: HarnessCapability
+    # tool_call_id -> the attempts started so far; written and read in wrap_tool_execute only
+    _attempts: dict[str, int] = field(init=False, repr=False, default_factory=dict)
+    _span: CurrentSpan = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if type(self.capability) is not HarnessCapability:
+            raise TypeError(f"capability must be a HarnessCapability, got {self.capability!r}")
+        from .otel import CurrentSpan  # noqa: PLC0415 - lazy: the optional `otel` extra
+
+        self._span = CurrentSpan()
+
+    def _kind(self, error: Exception) -> FailureKind:
+        return self.capability.executor.classify(error)
+
+    async def wrap_run(
+        self, ctx: AgentRunContext[Any], *, handler: WrapRunHandler
+    ) -> AgentRunResult[Any]:
+        try:
+            return await handler()
+        finally:  # the run's after_run / on_run_error hooks, which record its outcome, have run
+            self._span.run(self.capability.ctx)
+            self._attempts.clear()  # a call whose last attempt failed left its count
+
+    async def after_model_request(
+        self,
+        ctx: AgentRunContext[Any],
+        *,
+        request_context: ModelRequestContext,
+        response: ModelResponse,
+    ) -> ModelResponse:
+        self._span.chat(None, self._kind)
+        return response
+
+    async def on_model_request_error(
+        self, ctx: AgentRunContext[Any], *, request_context: ModelRequestContext, error: Exception
+    ) -> ModelResponse:
+        self._span.chat(error, self._kind)
+        raise error
+
+    async def wrap_tool_execute(
+        self,
+        ctx: AgentRunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        number = self._attempts.get(call.tool_call_id, 0) + 1
+        self._attempts[call.tool_call_id] = number
+        try:
+            result = await handler(args)
+        except BaseException as error:
+            self._span.tool(number, error, self._kind)
+            raise
+        self._span.tool(number, None, self._kind)
+        del self._attempts[call.tool_call_id]  # the call is done: its last attempt succeeded
+        return result

@@ -1,0 +1,358 @@
+"""OpenTelemetry spans for a governed run: :class:`HarnessTracing`.
+
+Needs the ``otel`` extra (``pip install 'diagnosis-harness[otel]'``, ``opentelemetry-api`` only);
+importing this module imports OpenTelemetry, and nothing else in the library imports it unless
+you give it a :class:`HarnessTracing`. Without an OpenTelemetry SDK configured, every span is a
+no-op.
+
+Theory of operation. A ``HarnessTracing`` is a tracer and the span the harness's spans are
+children of: it is passed explicitly (``tracing=``) to the governed SDK calls, to
+:class:`~._tools.GovernedTools` and to the openai-agents ``harness_run_config``, and every span
+it starts gets its parent from it -- never from OpenTelemetry's current span, and no span is
+made current. The spans follow the GenAI semantic conventions:
+
+- ``invoke_agent {agent}`` for a run (:meth:`HarnessTracing.run`): at its end the run's
+  termination state and, for ``BUDGET_EXHAUSTED``, the budget dimension that ended it;
+- ``chat {model}`` for each attempt of a governed model call: the attempt's number and outcome,
+  its failure kind (the executor's own classification), and the usage the provider reported;
+- ``execute_tool {tool}`` for each governed Tool call: its name and the framework's Tool Call ID,
+  the number of attempts made, the outcome and failure kind.
+
+Tool Call keys are never exported: the framework's ID is (``gen_ai.tool.call.id``), the key built
+from it is not, and an exception's message (which may carry one) is not recorded -- only its type
+(``error.type``).
+
+A framework that emits these spans itself (pydantic-ai) gets the harness's attributes on its own
+spans instead, and no span of the harness's: :class:`CurrentSpan`, called from the framework's
+hooks, sets them on OpenTelemetry's current span -- OpenTelemetry's context, set by the
+framework, never the harness's (for pydantic-ai:
+``integrations.pydantic_ai.HarnessSpanAttributes``).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, TypeVar, final
+
+from .._retry import AttemptOutcome
+from ._extras import missing_extra
+
+try:
+    from opentelemetry import trace
+    from opentelemetry.context import Context
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+except ImportError as error:  # pragma: no cover - the extra is installed wherever tests run
+    if error.name is None or not error.name.startswith("opentelemetry"):
+        raise
+    raise missing_extra("opentelemetry", "otel", "diagnosis_harness tracing") from error
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterator
+
+    from opentelemetry.util.types import AttributeValue
+
+    from .._context import RunContext
+    from ._governed import TokenUsage
+
+__all__ = [
+    "ATTEMPT_NUMBER",
+    "ATTEMPT_OUTCOME",
+    "BUDGET_EXHAUSTED",
+    "FAILURE_KIND",
+    "TERMINATION_STATE",
+    "CurrentSpan",
+    "HarnessTracing",
+    "annotate_ending",
+]
+
+T = TypeVar("T")
+
+# The harness's own attributes.
+ATTEMPT_NUMBER = "diagnosis_harness.attempt.number"
+"""A ``chat`` span: its attempt's number, from 1. An ``execute_tool`` span: the attempts made."""
+ATTEMPT_OUTCOME = "diagnosis_harness.attempt.outcome"
+"""``succeeded``, ``failed`` or ``interrupted`` (an ``AttemptOutcome`` value)."""
+FAILURE_KIND = "diagnosis_harness.failure.kind"
+"""A failed attempt's ``FailureKind`` name, as the retry executor classified it."""
+TERMINATION_STATE = "diagnosis_harness.termination.state"
+"""The run's terminal ``RunState`` name, on the run span, once the run has ended."""
+BUDGET_EXHAUSTED = "diagnosis_harness.budget.exhausted"
+"""The ``BudgetDimension`` value that exhausted the run's budget, on the run span."""
+RUN_ID = "diagnosis_harness.run.id"
+
+# The GenAI semantic conventions' attributes (all "Development" in the conventions).
+OPERATION = "gen_ai.operation.name"
+PROVIDER = "gen_ai.provider.name"
+REQUEST_MODEL = "gen_ai.request.model"
+AGENT_NAME = "gen_ai.agent.name"
+INPUT_TOKENS = "gen_ai.usage.input_tokens"
+OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+TOOL_NAME = "gen_ai.tool.name"
+TOOL_CALL_ID = "gen_ai.tool.call.id"
+ERROR_TYPE = "error.type"
+
+
+def annotate_ending(span: trace.Span, ctx: RunContext) -> None:
+    """Set the run's termination state and exhausted dimension on ``span``, if the run ended."""
+    termination = ctx.lifecycle.termination
+    if termination is None:
+        return
+    span.set_attribute(TERMINATION_STATE, termination.state.name)
+    exhausted = ctx.budget.exhausted
+    if exhausted is not None:
+        span.set_attribute(BUDGET_EXHAUSTED, exhausted.value)
+
+
+def _failed(
+    span: trace.Span, error: BaseException, classify: Callable[[Exception], object]
+) -> None:
+    """An attempt or call that raised: its outcome, kind and the error's type, not its text."""
+    span.set_attribute(ERROR_TYPE, type(error).__qualname__)
+    span.set_status(Status(StatusCode.ERROR))
+    if isinstance(error, Exception):
+        span.set_attribute(ATTEMPT_OUTCOME, AttemptOutcome.FAILED.value)
+        kind = classify(error)
+        span.set_attribute(FAILURE_KIND, getattr(kind, "name", "UNKNOWN"))
+    else:  # a task cancelled, Ctrl-C: the executor records it INTERRUPTED, unclassified
+        span.set_attribute(ATTEMPT_OUTCOME, AttemptOutcome.INTERRUPTED.value)
+
+
+def _usage(span: trace.Span, usage: TokenUsage | None) -> None:
+    if usage is not None:
+        span.set_attribute(INPUT_TOKENS, usage.input_tokens)
+        span.set_attribute(OUTPUT_TOKENS, usage.output_tokens)
+
+
+@final
+class HarnessTracing:
+    """A tracer, and the span (``parent``) every span the harness starts is a child of.
+
+    ``tracer`` is an OpenTelemetry ``Tracer`` (``provider.get_tracer("diagnosis_harness")``);
+    ``parent`` a span, or ``None`` for spans that start a trace of their own. Immutable: the
+    spans of a run come from ``with tracing.run(ctx, agent) as run_tracing:``, a new
+    ``HarnessTracing`` whose parent is the run's span.
+    """
+
+    __slots__ = ("_parent", "_tracer")
+
+    def __init__(self, tracer: trace.Tracer, *, parent: trace.Span | None = None) -> None:
+        if not isinstance(tracer, trace.Tracer):
+            raise TypeError(f"tracer must be an opentelemetry.trace.Tracer, got {tracer!r}")
+        if parent is not None and not isinstance(parent, trace.Span):
+            raise TypeError(f"parent must be an opentelemetry.trace.Span or None, got {parent!r}")
+        self._tracer = tracer
+        self._parent = parent
+
+    @property
+    def tracer(self) -> trace.Tracer:
+        return self._tracer
+
+    @property
+    def parent(self) -> trace.Span | None:
+        """The span the harness's spans are children of; ``None``: each starts a trace."""
+        return self._parent
+
+    def _start(
+        self, name: str, kind: SpanKind, attributes: dict[str, AttributeValue]
+    ) -> trace.Span:
+        # The parent is given explicitly: an empty Context means "no parent", never "the current".
+        parent = Context() if self._parent is None else trace.set_span_in_context(self._parent)
+        return self._tracer.start_span(name, context=parent, kind=kind, attributes=attributes)
+
+    @contextmanager
+    def run(self, ctx: RunContext, agent: str) -> Iterator[HarnessTracing]:
+        """An ``invoke_agent {agent}`` span around the block; yields the tracing of its children.
+
+        At the block's end the span gets the run's termination state and exhausted dimension
+        (if the run has ended by then); an exception leaving the block marks it an error.
+        """
+        if type(agent) is not str or not agent.strip():
+            raise ValueError(f"agent must be a non-blank str naming the agent, got {agent!r}")
+        span = self._start(
+            f"invoke_agent {agent}",
+            SpanKind.INTERNAL,
+            {OPERATION: "invoke_agent", AGENT_NAME: agent, RUN_ID: ctx.run_id},
+        )
+        try:
+            yield HarnessTracing(self._tracer, parent=span)
+        except BaseException as error:
+            span.set_attribute(ERROR_TYPE, type(error).__qualname__)
+            span.set_status(Status(StatusCode.ERROR))
+            raise
+        finally:
+            annotate_ending(span, ctx)
+            span.end()
+
+    # -- spans for the governed calls (hooks of _governed and _tools) ------------------------------
+
+    def _chat_span(self, provider: str, model: str, number: int) -> trace.Span:
+        return self._start(
+            f"chat {model}",
+            SpanKind.CLIENT,
+            {OPERATION: "chat", PROVIDER: provider, REQUEST_MODEL: model, ATTEMPT_NUMBER: number},
+        )
+
+    def chat_attempts(
+        self,
+        attempt: Callable[[], T],
+        *,
+        provider: str,
+        model: str,
+        classify: Callable[[Exception], object],
+        usage_of: Callable[[T], TokenUsage | None] | None,
+    ) -> Callable[[], T]:
+        """``attempt`` with a ``chat`` span around each call, numbered as the executor does."""
+        number = 0  # one execution's attempts run one after another
+
+        def traced() -> T:
+            nonlocal number
+            number += 1
+            span = self._chat_span(provider, model, number)
+            try:
+                result = attempt()
+            except BaseException as error:
+                _failed(span, error, classify)
+                raise
+            else:
+                span.set_attribute(ATTEMPT_OUTCOME, AttemptOutcome.SUCCEEDED.value)
+                _usage(span, None if usage_of is None else usage_of(result))
+                return result
+            finally:
+                span.end()
+
+        return traced
+
+    def chat_attempts_async(
+        self,
+        attempt: Callable[[], Awaitable[T]],
+        *,
+        provider: str,
+        model: str,
+        classify: Callable[[Exception], object],
+        usage_of: Callable[[T], TokenUsage | None] | None,
+    ) -> Callable[[], Awaitable[T]]:
+        """:meth:`chat_attempts` for an async attempt."""
+        number = 0
+
+        async def traced() -> T:
+            nonlocal number
+            number += 1
+            span = self._chat_span(provider, model, number)
+            try:
+                result = await attempt()
+            except BaseException as error:
+                _failed(span, error, classify)
+                raise
+            else:
+                span.set_attribute(ATTEMPT_OUTCOME, AttemptOutcome.SUCCEEDED.value)
+                _usage(span, None if usage_of is None else usage_of(result))
+                return result
+            finally:
+                span.end()
+
+        return traced
+
+    @contextmanager
+    def _tool_span(
+        self, tool: str, tool_call_id: str, classify: Callable[[Exception], object]
+    ) -> Iterator[list[int]]:
+        """The Tool call's ``execute_tool`` span around the block.
+
+        Yields a one-item list the block counts its attempts in.
+        """
+        attributes: dict[str, AttributeValue] = {
+            OPERATION: "execute_tool",
+            TOOL_NAME: tool,
+            TOOL_CALL_ID: tool_call_id,
+        }
+        span = self._start(f"execute_tool {tool}", SpanKind.INTERNAL, attributes)
+        attempts = [0]
+        try:
+            yield attempts
+        except BaseException as error:
+            _failed(span, error, classify)
+            raise
+        else:
+            span.set_attribute(ATTEMPT_OUTCOME, AttemptOutcome.SUCCEEDED.value)
+        finally:
+            span.set_attribute(ATTEMPT_NUMBER, attempts[0])
+            span.end()
+
+    def tool_call(
+        self,
+        tool: str,
+        tool_call_id: str,
+        classify: Callable[[Exception], object],
+        run: Callable[[Callable[[], T]], T],
+        attempt: Callable[[], T],
+    ) -> T:
+        """``run(attempt)`` in the Tool call's ``execute_tool`` span, its attempts counted."""
+        with self._tool_span(tool, tool_call_id, classify) as attempts:
+
+            def counted() -> T:
+                attempts[0] += 1
+                return attempt()
+
+            return run(counted)
+
+    async def tool_call_async(
+        self,
+        tool: str,
+        tool_call_id: str,
+        classify: Callable[[Exception], object],
+        run: Callable[[Callable[[], Awaitable[T]]], Awaitable[T]],
+        attempt: Callable[[], Awaitable[T]],
+    ) -> T:
+        """:meth:`tool_call` for an async Tool."""
+        with self._tool_span(tool, tool_call_id, classify) as attempts:
+
+            def counted() -> Awaitable[T]:
+                attempts[0] += 1
+                return attempt()
+
+            return await run(counted)
+
+    def __repr__(self) -> str:
+        return f"HarnessTracing(tracer={self._tracer!r}, parent={self._parent!r})"
+
+
+@final
+class CurrentSpan:
+    """The harness's attributes on OpenTelemetry's current span: a framework's own span.
+
+    For a framework that emits the GenAI spans itself (pydantic-ai) and calls the harness's hooks
+    inside them. The current span is OpenTelemetry's context, set by the framework -- the harness
+    neither reads nor writes context of its own. Starts no span; stateless.
+    """
+
+    __slots__ = ()
+
+    def run(self, ctx: RunContext) -> None:
+        """Set the run's ending on OpenTelemetry's current span: the framework's run span."""
+        annotate_ending(trace.get_current_span(), ctx)
+
+    def tool(
+        self, number: int, error: BaseException | None, classify: Callable[[Exception], object]
+    ) -> None:
+        """Set a Tool attempt's number and outcome on the current span: the framework's tool."""
+        span = trace.get_current_span()
+        span.set_attribute(ATTEMPT_NUMBER, number)
+        if error is None:
+            span.set_attribute(ATTEMPT_OUTCOME, AttemptOutcome.SUCCEEDED.value)
+        else:
+            _failed(span, error, classify)
+
+    def chat(self, error: BaseException | None, classify: Callable[[Exception], object]) -> None:
+        """Set a model request's outcome on OpenTelemetry's current span: the framework's chat."""
+        span = trace.get_current_span()
+        if error is None:
+            span.set_attribute(ATTEMPT_OUTCOME, AttemptOutcome.SUCCEEDED.value)
+        else:
+            _failed(span, error, classify)
+
+
+def check_tracing(tracing: object) -> HarnessTracing | None:
+    """``tracing`` if it is a ``HarnessTracing`` or ``None``, else a clear ``TypeError``."""
+    if tracing is not None and type(tracing) is not HarnessTracing:
+        raise TypeError(f"tracing must be a HarnessTracing or None, got {tracing!r}")
+    return tracing
