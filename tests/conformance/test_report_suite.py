@@ -167,12 +167,14 @@ def _guide_summary() -> str:
 
 def _normalised(text: str) -> list[str]:
     """What differs between runs made alike: the commit and whether the checkout is dirty, the
-    versions, the time, and whether the spec came from the checkout or a wheel."""
+    versions, the time, and whether the spec came from the checkout or a wheel (and where)."""
     lines = []
     for shown in text.strip().splitlines():
         line = re.sub(r" commit [0-9a-f]+( \(dirty\))?,", "", shown)  # none outside a checkout
         line = re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+\+00:00", "T", line)
         line = re.sub(r"(diagnosis-harness|Python) \S+", r"\1 V", line)
+        # An installed wheel's copy of the spec lies under site-packages.
+        line = re.sub(r"^(  spec +)\S*/(specs/\S+)", r"\1\2", line)
         lines.append(line.replace("(shipped)", "(checkout)").rstrip())
     return lines
 
