@@ -20,6 +20,7 @@ pytest.importorskip("pydantic_ai", reason="pydantic-ai needs Python 3.11+")
 
 from pydantic_ai import Agent, Tool
 from pydantic_ai import RunContext as AgentRunContext
+from pydantic_ai.capabilities import ModelFallback
 from pydantic_ai.exceptions import ModelHTTPError, UsageLimitExceeded
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -50,10 +51,12 @@ from diagnosis_harness.integrations import ModelClientConfig, async_openai_clien
 from diagnosis_harness.integrations.pydantic_ai import HarnessCapability, tool_result_bytes
 from racing import BOUND, race
 
-from .loopback import LoopbackServer, Reply
+from .loopback import LoopbackServer, Reply, ToolCall
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
+
+    from pydantic_ai.models import Model
 
     from diagnosis_harness import Clock
 
@@ -113,7 +116,7 @@ def _bounded(coro: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run(bounded())
 
 
-def _logs_agent(model: FunctionModel | TestModel, ran: list[str], **agent: Any) -> Agent[None, str]:
+def _logs_agent(model: Model, ran: list[str], **agent: Any) -> Agent[None, str]:
     built: Agent[None, str] = Agent(model, **agent)
 
     @built.tool_plain
@@ -622,4 +625,149 @@ def test_the_provider_sees_exactly_the_model_calls_the_run_reserved(
         _bounded(_openai_agent(client).run("why?", capabilities=[HarnessCapability(ctx)]))
     assert failing_provider.count == ctx.budget.snapshot().model_calls == 1
     assert ctx.lifecycle.state is RunState.FAILED
+    _bounded(client.close())
+
+
+# -- streamed runs: run_stream and iter ----------------------------------------------------------
+
+
+def _streaming_openai_agent(
+    loopback: LoopbackServer, ran: list[str]
+) -> tuple[Agent[None, str], openai.AsyncOpenAI]:
+    config = ModelClientConfig(max_attempts=1, timeout_seconds=10.0, base_url=loopback.openai_url)
+    client = async_openai_client(config, api_key="test")
+    agent = _logs_agent(
+        OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=client)), ran
+    )
+    return agent, client
+
+
+def _tool_then_answer(loopback: LoopbackServer) -> tuple[Reply, Reply]:
+    first = Reply(
+        text="",
+        tool_calls=(ToolCall("logs", {"q": "checkout"}, id="call_a"),),
+        input_tokens=40,
+        output_tokens=9,
+    )
+    second = Reply(text="roll back checkout v42", input_tokens=70, output_tokens=6)
+    loopback.script(first, second)
+    return first, second
+
+
+def test_a_streamed_run_reserves_every_request_and_records_the_usage_each_stream_reported(
+    loopback: LoopbackServer,
+) -> None:
+    first, second = _tool_then_answer(loopback)
+    ctx = _run()
+    ran: list[str] = []
+    agent, client = _streaming_openai_agent(loopback, ran)
+
+    async def stream() -> str:
+        async with agent.run_stream("why?", capabilities=[HarnessCapability(ctx)]) as result:
+            return await result.get_output()
+
+    assert _bounded(stream()) == "roll back checkout v42"
+    snapshot = ctx.budget.snapshot()
+    assert [seen.streamed for seen in loopback.requests] == [True, True]
+    assert snapshot.model_calls == loopback.count == 2
+    assert snapshot.input_tokens == first.input_tokens + second.input_tokens
+    assert snapshot.output_tokens == first.output_tokens + second.output_tokens
+    assert snapshot.tool_calls == 1
+    assert ran == ["checkout"]
+    assert ctx.lifecycle.state is RunState.SUCCESS
+    _bounded(client.close())
+
+
+def test_an_iterated_run_is_governed_node_by_node(loopback: LoopbackServer) -> None:
+    first, second = _tool_then_answer(loopback)
+    ctx = _run()
+    ran: list[str] = []
+    agent, client = _streaming_openai_agent(loopback, ran)
+
+    async def iterate() -> tuple[list[str], str]:
+        nodes: list[str] = []
+        async with agent.iter("why?", capabilities=[HarnessCapability(ctx)]) as run:
+            async for node in run:
+                nodes.append(type(node).__name__)
+            assert run.result is not None
+            return nodes, run.result.output
+
+    nodes, output = _bounded(iterate())
+    assert output == "roll back checkout v42"
+    assert nodes.count("ModelRequestNode") == 2
+    assert ctx.budget.snapshot().model_calls == loopback.count == 2
+    assert ctx.budget.snapshot().input_tokens == first.input_tokens + second.input_tokens
+    assert ran == ["checkout"]
+    assert ctx.lifecycle.state is RunState.SUCCESS
+    _bounded(client.close())
+
+
+def test_the_model_call_limit_refuses_a_streamed_request_before_it_is_sent(
+    loopback: LoopbackServer,
+) -> None:
+    _tool_then_answer(loopback)
+    ctx = _run(model_calls=1)
+    ran: list[str] = []
+    agent, client = _streaming_openai_agent(loopback, ran)
+
+    async def stream() -> str:
+        async with agent.run_stream("why?", capabilities=[HarnessCapability(ctx)]) as result:
+            return await result.get_output()
+
+    with pytest.raises(BudgetExhausted) as ended:
+        _bounded(stream())
+    assert ended.value.dimension is BudgetDimension.MODEL_CALLS
+    assert loopback.count == ctx.budget.snapshot().model_calls == 1
+    assert ran == ["checkout"]
+    assert ctx.lifecycle.state is RunState.BUDGET_EXHAUSTED
+    _bounded(client.close())
+
+
+def test_a_cancel_from_another_thread_stops_a_stream_in_flight(loopback: LoopbackServer) -> None:
+    """The provider sends the stream's first events, then stalls: the cancel ends the stream."""
+    stall = threading.Event()
+    loopback.script(Reply(text="one two three four", stall=stall, stall_after_events=2, chunks=4))
+    ctx = _run()
+    ran: list[str] = []
+    agent, client = _streaming_openai_agent(loopback, ran)
+    received: list[str] = []
+
+    def disconnect() -> None:
+        loopback.wait_for_stalled(1, BOUND)
+        ctx.cancellation.cancel(CancellationReason.CLIENT_DISCONNECTED)
+
+    async def stream() -> None:
+        async with agent.run_stream("why?", capabilities=[HarnessCapability(ctx)]) as result:
+            async for text in result.stream_text(delta=True):
+                received.append(text)
+
+    canceller = threading.Thread(target=disconnect)
+    canceller.start()
+    with pytest.raises(RunCancelled) as ended:
+        _bounded(stream())
+    canceller.join(BOUND)
+    assert ended.value.termination is ctx.lifecycle.termination
+    assert ctx.cancellation.reason is CancellationReason.CLIENT_DISCONNECTED
+    assert loopback.count == ctx.budget.snapshot().model_calls == 1
+    assert ran == []
+    _bounded(client.close())
+
+
+def test_every_attempt_of_a_fallback_chain_is_a_model_call(loopback: LoopbackServer) -> None:
+    """pydantic-ai's ``ModelFallback`` sends a failed request again, to its next model, inside
+    one model request step: each model that is sent the request reserves its own Model call."""
+    loopback.script(Reply(status=500), Reply(text="diagnosed", input_tokens=30, output_tokens=4))
+    ctx = _run()
+    config = ModelClientConfig(max_attempts=1, timeout_seconds=10.0, base_url=loopback.openai_url)
+    client = async_openai_client(config, api_key="test")
+    provider = OpenAIProvider(openai_client=client)
+    agent: Agent[None, str] = Agent(
+        OpenAIChatModel("gpt-4o-mini", provider=provider),
+        capabilities=[ModelFallback(OpenAIChatModel("gpt-4o", provider=provider))],
+    )
+    assert _bounded(agent.run("why?", capabilities=[HarnessCapability(ctx)])).output == "diagnosed"
+    assert [seen.body["model"] for seen in loopback.requests] == ["gpt-4o-mini", "gpt-4o"]
+    assert ctx.budget.snapshot().model_calls == loopback.count == 2
+    assert ctx.budget.snapshot().input_tokens == 30
+    assert ctx.lifecycle.state is RunState.SUCCESS
     _bounded(client.close())

@@ -14,11 +14,15 @@ those tasks, and never refuses a tool call by raising in one:
   first (cancelled, timed out, budget exhausted), in which case ``agent.run`` raises that
   ending's ``RunTerminated`` (``BudgetExhausted``, ...), never a wrapper of it.
 - ``wrap_model_request`` runs the request inside ``ctx.scope()``: the run's deadline, or a
-  ``ctx.cancellation.cancel(...)`` from any thread, cancels a request in flight.
-  ``prepare_model_request`` (once per attempt) refuses a model whose SDK client retries on its
-  own (``max_retries`` not 0), then reserves the Model call; ``after_model_request``
-  records the response's actual ``RequestUsage`` and checks every function tool call of the
-  answer -- its name a budget key, its ID a safe key segment -- before any of them runs.
+  ``ctx.cancellation.cancel(...)`` from any thread, cancels a request in flight, streamed or not.
+  ``get_wrapper_model`` (called for every attempt, with the model that serves it: another
+  capability's retry or fallback model included) refuses a model whose SDK client retries on its
+  own (``max_retries`` not 0), and wraps it: the wrapper reserves the Model call right before the
+  request is sent and records the response's actual ``RequestUsage`` after it -- a stream's when
+  it closes -- then checks every function tool call of the answer -- its name a budget key, its ID
+  a safe key segment -- before any of them runs. (A wrapper rather than the
+  ``prepare_model_request`` / ``after_model_request`` hooks: it stands right at the model, so it
+  sees each request the model is asked to send, the streamed ones included.)
 - ``wrap_tool_execute`` runs each tool call through :class:`~._tools.GovernedTools`: reserved
   (total and per-tool limits) right before it starts, run under the Tool retry policy, its
   result's bytes reserved. A refused reservation raises pydantic-ai's ``SkipToolExecution``
@@ -32,6 +36,7 @@ those tasks, and never refuses a tool call by raising in one:
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, final
 
@@ -45,7 +50,8 @@ try:
     import pydantic_core
     from pydantic_ai.capabilities import AbstractCapability, CapabilityOrdering
     from pydantic_ai.exceptions import SkipToolExecution
-    from pydantic_ai.messages import ModelResponse, ToolCallPart
+    from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+    from pydantic_ai.models.wrapper import WrapperModel
 except ImportError as error:  # pragma: no cover - the extra is installed wherever tests run
     if error.name not in ("pydantic_ai", "pydantic_core"):
         raise
@@ -54,16 +60,25 @@ except ImportError as error:  # pragma: no cover - the extra is installed wherev
     ) from error
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from pydantic_ai.capabilities.abstract import (
         ValidatedToolArgs,
         WrapModelRequestHandler,
         WrapRunHandler,
         WrapToolExecuteHandler,
     )
-    from pydantic_ai.models import ModelRequestContext
+    from pydantic_ai.models import (
+        Model,
+        ModelRequestContext,
+        ModelRequestParameters,
+        StreamedResponse,
+    )
     from pydantic_ai.run import AgentRunResult
+    from pydantic_ai.settings import ModelSettings
     from pydantic_ai.tools import RunContext as AgentRunContext
     from pydantic_ai.tools import ToolDefinition
+    from pydantic_ai.usage import RequestUsage
 
     from .._context import RunContext
     from .._failure import FailureKind
@@ -204,31 +219,11 @@ class HarnessCapability(AbstractCapability[Any]):
         async with self.ctx.scope():
             return await handler(request_context)
 
-    async def prepare_model_request(
-        self, ctx: AgentRunContext[Any], request_context: ModelRequestContext
-    ) -> ModelRequestContext:
-        _refuse_hidden_retries(request_context.model)
-        self.ctx.reserve_model_call()
-        return request_context
-
-    async def after_model_request(
-        self,
-        ctx: AgentRunContext[Any],
-        *,
-        request_context: ModelRequestContext,
-        response: ModelResponse,
-    ) -> ModelResponse:
-        usage = response.usage
-        self.ctx.record_token_usage(
-            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
-        )
-        # Every function tool call of the answer is checked before any of them starts: a bad one
-        # fails the agent run here, instead of in its own task where its siblings may have run.
-        tools = {tool.name for tool in request_context.model_request_parameters.function_tools}
-        for part in response.parts:
-            if isinstance(part, ToolCallPart) and part.tool_name in tools:
-                self._tools.check(part.tool_name, part.tool_call_id)
-        return response
+    def get_wrapper_model(self, model: Model) -> Model:
+        # Called for every attempt, with the model that serves it (another capability's retry or
+        # fallback included): the attempt's Model call is reserved by the wrapper, not a hook.
+        _refuse_hidden_retries(model)
+        return _GovernedModel(model, self.ctx, self._tools)
 
     # -- tool calls: governed, and a refusal skips the call instead of cancelling its siblings --
 
@@ -247,6 +242,66 @@ class HarnessCapability(AbstractCapability[Any]):
             # Refused before it started (or its result refused): the run has ended, and its next
             # boundary raises that. Raising here would cancel sibling calls that are running.
             raise SkipToolExecution(f"refused by the diagnosis run: {refused}") from refused
+
+
+class _GovernedModel(WrapperModel):
+    """The model serving one attempt of a governed run's model request.
+
+    Each ``request`` (or ``request_stream``) reserves the attempt's Model call before the wrapped
+    model sends anything, and records the response's actual usage after it -- a stream's when it
+    closes, also when its consumer stops early or it fails, with the usage its chunks reported.
+    Every function tool call of a whole answer is checked -- its name a budget key, its ID a safe
+    key segment -- before any of them starts: a bad one fails the agent run here, not in its own
+    task where its siblings may have run.
+    """
+
+    def __init__(self, wrapped: Model, ctx: RunContext, tools: GovernedTools) -> None:
+        super().__init__(wrapped)
+        self._ctx = ctx
+        self._tools = tools
+
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        self._ctx.reserve_model_call()
+        response = await self.wrapped.request(messages, model_settings, model_request_parameters)
+        self._record(response.usage)
+        self._check_tool_calls(response, model_request_parameters)
+        return response
+
+    @asynccontextmanager
+    async def request_stream(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        run_context: AgentRunContext[Any] | None = None,
+    ) -> AsyncIterator[StreamedResponse]:
+        self._ctx.reserve_model_call()
+        async with self.wrapped.request_stream(
+            messages, model_settings, model_request_parameters, run_context
+        ) as stream:
+            try:
+                yield stream
+            finally:
+                self._record(stream.usage)
+            self._check_tool_calls(stream.get(), model_request_parameters)
+
+    def _record(self, usage: RequestUsage) -> None:
+        self._ctx.record_token_usage(
+            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
+        )
+
+    def _check_tool_calls(
+        self, response: ModelResponse, parameters: ModelRequestParameters
+    ) -> None:
+        tools = {tool.name for tool in parameters.function_tools}
+        for part in response.parts:
+            if isinstance(part, ToolCallPart) and part.tool_name in tools:
+                self._tools.check(part.tool_name, part.tool_call_id)
 
 
 @final
