@@ -5,7 +5,8 @@ governed ``client.messages.create(**params)``; ``stream(**params)`` the same wit
 ``stream=True``, whose raw events are handed over as they arrive. The input tokens counted are
 ``input_tokens`` plus the prompt-cache ones (``cache_creation_input_tokens``,
 ``cache_read_input_tokens``), which Anthropic reports apart: the run's input budget counts every
-token the model read. See :mod:`._governed` for what one governed call is.
+token the model read. See :mod:`._governed` for what one governed call is, and :mod:`._wrapper`
+for what the wrappers share.
 """
 
 from __future__ import annotations
@@ -13,11 +14,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, final
 
 from ._classify import classify_anthropic
-from ._clients import ensure_no_hidden_retries
-from ._extras import missing_extra
 from ._governed import (
     AsyncGovernedStream,
-    Governance,
     GovernedStream,
     TokenUsage,
     call,
@@ -25,41 +23,13 @@ from ._governed import (
     open_stream,
     open_stream_async,
 )
-from ._params import checked_params
+from ._wrapper import GovernedClient, Sdk
 
 if TYPE_CHECKING:
-    import anthropic
+    import anthropic  # noqa: F401 - in the quoted bases: GovernedClient["anthropic.Anthropic"]
     from anthropic.types import Message, RawMessageStreamEvent
 
-    from .._context import RunContext
-    from .._retry import HarnessRetryExecutor
-    from .._retry_policy import RetryPolicy
-    from .otel import HarnessTracing
-
 __all__ = ["AsyncGovernedAnthropic", "GovernedAnthropic"]
-
-_CALL = "anthropic messages.create"
-_REQUIRED = ("model", "messages", "max_tokens")
-
-
-def _anthropic() -> Any:
-    try:
-        import anthropic  # noqa: PLC0415 - lazy: the SDK is the optional `anthropic` extra
-    except ModuleNotFoundError as error:
-        if error.name != "anthropic":
-            raise
-        raise missing_extra("anthropic", "anthropic", "a governed anthropic call") from error
-    return anthropic
-
-
-def _checked_client(client: object, expected: str, other: str, wrapper: str) -> None:
-    sdk = _anthropic()
-    if not isinstance(client, getattr(sdk, expected)):
-        hint = ""
-        if isinstance(client, getattr(sdk, other)):
-            hint = f" (an anthropic.{other} goes to {wrapper})"
-        raise TypeError(f"client must be an anthropic.{expected}{hint}, got {client!r}")
-    ensure_no_hidden_retries(client)
 
 
 def _input_tokens(usage: Any) -> int | None:
@@ -124,8 +94,17 @@ class _Meter:
         return TokenUsage(self._input, self._output)
 
 
+_ANTHROPIC = Sdk(
+    package="anthropic",
+    classifier=classify_anthropic,
+    call="anthropic messages.create",
+    required=("model", "messages", "max_tokens"),
+    endpoint=lambda client: client.messages.create,
+)
+
+
 @final
-class GovernedAnthropic:
+class GovernedAnthropic(GovernedClient["anthropic.Anthropic"]):
     """Governed Messages on an ``anthropic.Anthropic`` client, for one run and one policy.
 
     The arguments and refusals are those of ``GovernedOpenAI``: ``policy`` (a name or a
@@ -134,56 +113,17 @@ class GovernedAnthropic:
     ``ValueError``, an ``AsyncAnthropic`` or anything else a ``TypeError``.
     """
 
-    __slots__ = ("_client", "_gov")
-
-    def __init__(
-        self,
-        client: anthropic.Anthropic,
-        ctx: RunContext,
-        *,
-        policy: str | RetryPolicy,
-        executor: HarnessRetryExecutor | None = None,
-        request_timeout: float | None = None,
-        tracing: HarnessTracing | None = None,
-    ) -> None:
-        _checked_client(client, "Anthropic", "AsyncAnthropic", "AsyncGovernedAnthropic")
-        self._gov = Governance(
-            ctx,
-            policy=policy,
-            executor=executor,
-            request_timeout=request_timeout,
-            classifier=classify_anthropic,
-            tracing=tracing,
-            provider="anthropic",
-        )
-        self._client = client
-
-    @property
-    def client(self) -> anthropic.Anthropic:
-        return self._client
-
-    @property
-    def executor(self) -> HarnessRetryExecutor:
-        """The executor that runs, and records, every attempt."""
-        return self._gov.executor
-
-    @property
-    def policy(self) -> RetryPolicy:
-        return self._gov.policy
+    __slots__ = ()
+    _sdk = _ANTHROPIC
+    _client_class = "Anthropic"
+    _other = ("AsyncAnthropic", "AsyncGovernedAnthropic")
 
     def create(self, **params: Any) -> Message:
         """One governed ``messages.create(**params)``; its usage recorded on the run.
 
         ``params`` are the SDK's, without ``stream`` (use :meth:`stream`) and ``timeout``.
         """
-        params = checked_params(params, _REQUIRED, "create", ("stream", "timeout"))
-        client = self._client
-
-        def send(timeout: Any) -> Message:
-            message: Message = client.messages.create(**params, timeout=timeout)
-            return message
-
-        return call(self._gov, send, _usage_of, client.timeout, _CALL, model=params["model"])
+        return call(self._call("create", params), _usage_of)
 
     def stream(self, **params: Any) -> GovernedStream[RawMessageStreamEvent]:
         """One governed ``messages.create(stream=True)``: its raw events, as they arrive.
@@ -191,80 +131,26 @@ class GovernedAnthropic:
         The usage is recorded from ``message_start`` and ``message_delta``; a stream that ends
         without ``message_delta``'s usage raises ``UsageNotReported`` after its last event.
         """
-        params = checked_params(params, _REQUIRED, "stream", ("stream", "timeout"))
-        client = self._client
-
-        def open_(timeout: Any) -> Any:
-            return client.messages.create(**params, stream=True, timeout=timeout)
-
-        return open_stream(self._gov, open_, _Meter, client.timeout, _CALL, model=params["model"])
+        return open_stream(self._call("stream", params), _Meter)
 
 
 @final
-class AsyncGovernedAnthropic:
+class AsyncGovernedAnthropic(GovernedClient["anthropic.AsyncAnthropic"]):
     """:class:`GovernedAnthropic` for an ``anthropic.AsyncAnthropic`` client: the same, awaited.
 
     Every await of the SDK runs in ``ctx.scope()``: the run's cancellation or deadline cancels
     the request in flight, and the call raises the run's ``RunTerminated``.
     """
 
-    __slots__ = ("_client", "_gov")
-
-    def __init__(
-        self,
-        client: anthropic.AsyncAnthropic,
-        ctx: RunContext,
-        *,
-        policy: str | RetryPolicy,
-        executor: HarnessRetryExecutor | None = None,
-        request_timeout: float | None = None,
-        tracing: HarnessTracing | None = None,
-    ) -> None:
-        _checked_client(client, "AsyncAnthropic", "Anthropic", "GovernedAnthropic")
-        self._gov = Governance(
-            ctx,
-            policy=policy,
-            executor=executor,
-            request_timeout=request_timeout,
-            classifier=classify_anthropic,
-            tracing=tracing,
-            provider="anthropic",
-        )
-        self._client = client
-
-    @property
-    def client(self) -> anthropic.AsyncAnthropic:
-        return self._client
-
-    @property
-    def executor(self) -> HarnessRetryExecutor:
-        """The executor that runs, and records, every attempt."""
-        return self._gov.executor
-
-    @property
-    def policy(self) -> RetryPolicy:
-        return self._gov.policy
+    __slots__ = ()
+    _sdk = _ANTHROPIC
+    _client_class = "AsyncAnthropic"
+    _other = ("Anthropic", "GovernedAnthropic")
 
     async def create(self, **params: Any) -> Message:
         """One governed ``await messages.create(**params)``; see ``GovernedAnthropic``."""
-        params = checked_params(params, _REQUIRED, "create", ("stream", "timeout"))
-        client = self._client
-
-        def send(timeout: Any) -> Any:
-            return client.messages.create(**params, timeout=timeout)
-
-        return await call_async(
-            self._gov, send, _usage_of, client.timeout, _CALL, model=params["model"]
-        )
+        return await call_async(self._call("create", params), _usage_of)
 
     async def stream(self, **params: Any) -> AsyncGovernedStream[RawMessageStreamEvent]:
         """One governed streaming call; ``async for`` its raw events. See ``GovernedAnthropic``."""
-        params = checked_params(params, _REQUIRED, "stream", ("stream", "timeout"))
-        client = self._client
-
-        def open_(timeout: Any) -> Any:
-            return client.messages.create(**params, stream=True, timeout=timeout)
-
-        return await open_stream_async(
-            self._gov, open_, _Meter, client.timeout, _CALL, model=params["model"]
-        )
+        return await open_stream_async(self._call("stream", params), _Meter)

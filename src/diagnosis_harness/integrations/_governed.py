@@ -27,7 +27,7 @@ import math
 import queue
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, final
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypedDict, TypeVar, cast, final
 
 from .._boundary import Boundary
 from .._context import RunContext
@@ -46,6 +46,7 @@ __all__ = [
     "AsyncGovernedStream",
     "Governance",
     "GovernedStream",
+    "ModelCall",
     "TokenUsage",
     "UsageMeter",
     "UsageNotReported",
@@ -154,40 +155,6 @@ class Governance:
         self.tracing = tracing
         self.provider = provider  # gen_ai.provider.name of the chat spans
 
-    def traced(
-        self,
-        attempt: Callable[[], R],
-        model: object,
-        usage_of: Callable[[R], TokenUsage | None] | None,
-    ) -> Callable[[], R]:
-        """``attempt`` with a ``chat`` span per call when tracing, else ``attempt`` itself."""
-        if self.tracing is None:
-            return attempt
-        return self.tracing.chat_attempts(
-            attempt,
-            provider=self.provider,
-            model=str(model),
-            classify=self.executor.classify,
-            usage_of=usage_of,
-        )
-
-    def traced_async(
-        self,
-        attempt: Callable[[], Awaitable[R]],
-        model: object,
-        usage_of: Callable[[R], TokenUsage | None] | None,
-    ) -> Callable[[], Awaitable[R]]:
-        """:meth:`traced` for an async attempt."""
-        if self.tracing is None:
-            return attempt
-        return self.tracing.chat_attempts_async(
-            attempt,
-            provider=self.provider,
-            model=str(model),
-            classify=self.executor.classify,
-            usage_of=usage_of,
-        )
-
     def timeout(self, client_timeout: object) -> object:
         """The request's ``timeout=``: the client's (or ``request_timeout``), cut to the deadline.
 
@@ -216,6 +183,80 @@ class Governance:
     def record(self, usage: TokenUsage) -> None:
         self.ctx.record_token_usage(
             input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
+        )
+
+
+class _ChatSpan(TypedDict):
+    """What each ``chat`` span of one call says besides its usage (see ``HarnessTracing``)."""
+
+    provider: str
+    model: str
+    classify: Callable[[Exception], object]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ModelCall:
+    """One governed call as its wrapper prepared it, and the steps its attempts share.
+
+    ``send(timeout)`` sends one request with the call's checked parameters: it returns the SDK's
+    answer (a sync client) or the awaitable of it (an async client). ``client_timeout`` is the
+    client's own timeout, ``name`` names the call in errors (``"openai chat.completions.create"``)
+    and ``model`` is the request's model, for the spans. The sync and the async world differ only
+    in how ``send`` is waited for -- on a worker thread whose wait the run's cancellation ends
+    (:func:`call`, :func:`open_stream`), or awaited in ``ctx.scope()`` (:func:`call_async`,
+    :func:`open_stream_async`); the steps around it are these methods, shared.
+    """
+
+    gov: Governance
+    send: Callable[[object], Any]
+    client_timeout: object
+    name: str
+    model: object
+
+    def begin(self) -> object:
+        """Reserve the attempt's Model call (a refusal sends nothing); return its timeout."""
+        self.gov.ctx.reserve_model_call()
+        return self.gov.timeout(self.client_timeout)
+
+    async def send_in_scope(self, timeout: object) -> Any:
+        """``await send(timeout)`` in ``ctx.scope()``; after a failure, the run's ending wins."""
+        try:
+            async with self.gov.ctx.scope():
+                return await self.send(timeout)
+        except Exception:
+            self.gov.ended_wins()
+            raise
+
+    def usage(self, response: R, usage_of: Callable[[R], TokenUsage | None]) -> TokenUsage:
+        """The usage ``response`` reports; :class:`UsageNotReported` if it reports none."""
+        usage = usage_of(response)
+        if usage is None:
+            raise UsageNotReported(f"{self.name}: the response reports no token usage", response)
+        return usage
+
+    def run(self, attempt: Callable[[], R], usage_of: Callable[[R], TokenUsage | None] | None) -> R:
+        """``attempt`` under the executor and the policy; in a ``chat`` span each, when tracing."""
+        gov = self.gov
+        if gov.tracing is not None:
+            attempt = gov.tracing.chat_attempts(attempt, usage_of=usage_of, **self._span())
+        return gov.executor.execute(gov.policy, attempt)
+
+    async def run_async(
+        self,
+        attempt: Callable[[], Awaitable[R]],
+        usage_of: Callable[[R], TokenUsage | None] | None,
+    ) -> R:
+        """:meth:`run` for an async attempt."""
+        gov = self.gov
+        if gov.tracing is not None:
+            attempt = gov.tracing.chat_attempts_async(attempt, usage_of=usage_of, **self._span())
+        return await gov.executor.execute_async(gov.policy, attempt)
+
+    def _span(self) -> _ChatSpan:
+        gov = self.gov
+        return _ChatSpan(
+            provider=gov.provider, model=str(self.model), classify=gov.executor.classify
         )
 
 
@@ -287,27 +328,34 @@ class _Relay:
         self._registration.unregister()
 
 
-def call(
-    gov: Governance,
-    send: Callable[[object], R],
-    usage_of: Callable[[R], TokenUsage | None],
-    client_timeout: object,
-    name: str,
-    *,
-    model: object = None,
-) -> R:
+def _answered(gov: Governance, relay: _Relay) -> object:
+    """The worker's first item, once the request is answered; raised, if it is a failure.
+
+    A failure (the SDK's, or the run's ending while the caller waited) stops the relay, and the
+    run's ending wins over the SDK's error.
+    """
+    try:
+        item = relay.get()
+        if isinstance(item, _Failed):
+            raise item.error
+    except Exception:
+        relay.stop()
+        gov.ended_wins()
+        raise
+    return item
+
+
+def call(model_call: ModelCall, usage_of: Callable[[R], TokenUsage | None]) -> R:
     """One governed call: ``send(timeout)`` per attempt, on a worker, under the executor."""
+    gov = model_call.gov
 
     def attempt() -> R:
-        gov.ctx.reserve_model_call()
-        timeout = gov.timeout(client_timeout)
+        timeout = model_call.begin()
 
         def work(relay: _Relay) -> None:
             try:
-                response = send(timeout)
-                usage = usage_of(response)
-                if usage is None:
-                    raise UsageNotReported(f"{name}: the response reports no token usage", response)
+                response = model_call.send(timeout)
+                usage = model_call.usage(response, usage_of)
             except Exception as error:  # handed to the caller, which raises it
                 relay.put(_Failed(error))
             else:
@@ -316,19 +364,13 @@ def call(
                 relay.put(response)
             relay.put(_END)
 
-        relay = _Relay(gov.ctx, work, name)
+        relay = _Relay(gov.ctx, work, model_call.name)
         try:
-            item = relay.get()
-            if isinstance(item, _Failed):
-                raise item.error
-        except Exception:
-            gov.ended_wins()
-            raise
+            return cast("R", _answered(gov, relay))  # the worker's one other item: the response
         finally:
             relay.stop()  # one item is all the caller takes
-        return cast("R", item)  # the worker's one other item is the response
 
-    return gov.executor.execute(gov.policy, gov.traced(attempt, model, usage_of))
+    return model_call.run(attempt, usage_of)
 
 
 @final
@@ -403,44 +445,29 @@ class GovernedStream(Generic[C]):
         self.close()
 
 
-def open_stream(
-    gov: Governance,
-    open_: Callable[[object], Any],
-    meter: Callable[[], UsageMeter[C]],
-    client_timeout: object,
-    name: str,
-    *,
-    model: object = None,
-) -> GovernedStream[C]:
-    """One governed streaming call: ``open_(timeout)`` per attempt, under the executor."""
+def open_stream(model_call: ModelCall, meter: Callable[[], UsageMeter[C]]) -> GovernedStream[C]:
+    """One governed streaming call: ``send(timeout)`` per attempt, under the executor."""
+    gov = model_call.gov
 
     def attempt() -> GovernedStream[C]:
-        gov.ctx.reserve_model_call()
-        timeout = gov.timeout(client_timeout)
+        timeout = model_call.begin()
         usage: list[TokenUsage] = []
 
         def work(relay: _Relay) -> None:
             try:
-                stream = open_(timeout)
+                stream = model_call.send(timeout)
             except Exception as error:
                 relay.put(_Failed(error))
                 relay.put(_END)
                 return
             relay.put(_OPENED)
-            _pump(gov, stream, meter(), relay, usage=usage, name=name)
+            _pump(gov, stream, meter(), relay, usage=usage, name=model_call.name)
 
-        relay = _Relay(gov.ctx, work, name)
-        try:
-            item = relay.get()
-            if isinstance(item, _Failed):
-                raise item.error
-        except Exception:
-            relay.stop()
-            gov.ended_wins()
-            raise
+        relay = _Relay(gov.ctx, work, model_call.name)
+        _answered(gov, relay)  # _OPENED: the chunks follow, on the same relay
         return GovernedStream(gov, relay, usage)
 
-    return gov.executor.execute(gov.policy, gov.traced(attempt, model, None))
+    return model_call.run(attempt, None)
 
 
 def _pump(
@@ -482,33 +509,16 @@ def _pump(
 # -- async: every await of the SDK in ctx.scope() -------------------------------------------------
 
 
-async def call_async(
-    gov: Governance,
-    send: Callable[[object], Any],
-    usage_of: Callable[[R], TokenUsage | None],
-    client_timeout: object,
-    name: str,
-    *,
-    model: object = None,
-) -> R:
+async def call_async(model_call: ModelCall, usage_of: Callable[[R], TokenUsage | None]) -> R:
     """One governed call in asyncio: ``await send(timeout)`` per attempt, under the executor."""
 
     async def attempt() -> R:
-        gov.ctx.reserve_model_call()
-        timeout = gov.timeout(client_timeout)
-        try:
-            async with gov.ctx.scope():
-                response: R = await send(timeout)
-        except Exception:
-            gov.ended_wins()
-            raise
-        usage = usage_of(response)
-        if usage is None:
-            raise UsageNotReported(f"{name}: the response reports no token usage", response)
-        gov.record(usage)
+        timeout = model_call.begin()
+        response: R = await model_call.send_in_scope(timeout)
+        model_call.gov.record(model_call.usage(response, usage_of))
         return response
 
-    return await gov.executor.execute_async(gov.policy, gov.traced_async(attempt, model, usage_of))
+    return await model_call.run_async(attempt, usage_of)
 
 
 @final
@@ -586,25 +596,13 @@ class AsyncGovernedStream(Generic[C]):
 
 
 async def open_stream_async(
-    gov: Governance,
-    open_: Callable[[object], Any],
-    meter: Callable[[], UsageMeter[C]],
-    client_timeout: object,
-    name: str,
-    *,
-    model: object = None,
+    model_call: ModelCall, meter: Callable[[], UsageMeter[C]]
 ) -> AsyncGovernedStream[C]:
-    """One governed streaming call in asyncio: ``await open_(timeout)`` per attempt."""
+    """One governed streaming call in asyncio: ``await send(timeout)`` per attempt."""
 
     async def attempt() -> AsyncGovernedStream[C]:
-        gov.ctx.reserve_model_call()
-        timeout = gov.timeout(client_timeout)
-        try:
-            async with gov.ctx.scope():
-                stream = await open_(timeout)
-        except Exception:
-            gov.ended_wins()
-            raise
-        return AsyncGovernedStream(gov, stream, meter(), name)
+        timeout = model_call.begin()
+        stream = await model_call.send_in_scope(timeout)
+        return AsyncGovernedStream(model_call.gov, stream, meter(), model_call.name)
 
-    return await gov.executor.execute_async(gov.policy, gov.traced_async(attempt, model, None))
+    return await model_call.run_async(attempt, None)

@@ -4,7 +4,8 @@ Each wraps one ``openai`` client for one run and one retry policy (the boundary'
 Router's, the Diagnosis Agent's, ...). ``create(**params)`` is one governed
 ``client.chat.completions.create(**params)``; ``stream(**params)`` the same with ``stream=True``
 and ``stream_options={"include_usage": True}``, so the provider ends the stream with its usage.
-See :mod:`._governed` for what one governed call is.
+See :mod:`._governed` for what one governed call is, and :mod:`._wrapper` for what the wrappers
+share.
 """
 
 from __future__ import annotations
@@ -12,11 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, final
 
 from ._classify import classify_openai
-from ._clients import ensure_no_hidden_retries
-from ._extras import missing_extra
 from ._governed import (
     AsyncGovernedStream,
-    Governance,
     GovernedStream,
     TokenUsage,
     call,
@@ -24,41 +22,13 @@ from ._governed import (
     open_stream,
     open_stream_async,
 )
-from ._params import checked_params
+from ._wrapper import GovernedClient, Sdk
 
 if TYPE_CHECKING:
-    import openai
+    import openai  # noqa: F401 - in the quoted bases: GovernedClient["openai.OpenAI"]
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-    from .._context import RunContext
-    from .._retry import HarnessRetryExecutor
-    from .._retry_policy import RetryPolicy
-    from .otel import HarnessTracing
-
 __all__ = ["AsyncGovernedOpenAI", "GovernedOpenAI"]
-
-_CALL = "openai chat.completions.create"
-_REQUIRED = ("model", "messages")
-
-
-def _openai() -> Any:
-    try:
-        import openai  # noqa: PLC0415 - lazy: the SDK is the optional `openai` extra
-    except ModuleNotFoundError as error:
-        if error.name != "openai":
-            raise
-        raise missing_extra("openai", "openai", "a governed openai call") from error
-    return openai
-
-
-def _checked_client(client: object, expected: str, other: str, wrapper: str) -> None:
-    sdk = _openai()
-    if not isinstance(client, getattr(sdk, expected)):
-        hint = ""
-        if isinstance(client, getattr(sdk, other)):
-            hint = f" (an openai.{other} goes to {wrapper})"
-        raise TypeError(f"client must be an openai.{expected}{hint}, got {client!r}")
-    ensure_no_hidden_retries(client)
 
 
 def _usage_of(completion: ChatCompletion) -> TokenUsage | None:
@@ -104,8 +74,18 @@ def _stream_params(params: dict[str, Any]) -> dict[str, Any]:
     return {**params, "stream_options": {**options, "include_usage": True}}
 
 
+_OPENAI = Sdk(
+    package="openai",
+    classifier=classify_openai,
+    call="openai chat.completions.create",
+    required=("model", "messages"),
+    endpoint=lambda client: client.chat.completions.create,
+    stream_params=_stream_params,
+)
+
+
 @final
-class GovernedOpenAI:
+class GovernedOpenAI(GovernedClient["openai.OpenAI"]):
     """Governed Chat Completions on an ``openai.OpenAI`` client, for one run and one policy.
 
     ``policy`` is the name of one of the run's retry policies (``"intent_router"``) or a
@@ -121,42 +101,10 @@ class GovernedOpenAI:
     else a ``TypeError``. Every refusal happens here, before any request.
     """
 
-    __slots__ = ("_client", "_gov")
-
-    def __init__(
-        self,
-        client: openai.OpenAI,
-        ctx: RunContext,
-        *,
-        policy: str | RetryPolicy,
-        executor: HarnessRetryExecutor | None = None,
-        request_timeout: float | None = None,
-        tracing: HarnessTracing | None = None,
-    ) -> None:
-        _checked_client(client, "OpenAI", "AsyncOpenAI", "AsyncGovernedOpenAI")
-        self._gov = Governance(
-            ctx,
-            policy=policy,
-            executor=executor,
-            request_timeout=request_timeout,
-            classifier=classify_openai,
-            tracing=tracing,
-            provider="openai",
-        )
-        self._client = client
-
-    @property
-    def client(self) -> openai.OpenAI:
-        return self._client
-
-    @property
-    def executor(self) -> HarnessRetryExecutor:
-        """The executor that runs, and records, every attempt."""
-        return self._gov.executor
-
-    @property
-    def policy(self) -> RetryPolicy:
-        return self._gov.policy
+    __slots__ = ()
+    _sdk = _OPENAI
+    _client_class = "OpenAI"
+    _other = ("AsyncOpenAI", "AsyncGovernedOpenAI")
 
     def create(self, **params: Any) -> ChatCompletion:
         """One governed ``chat.completions.create(**params)``; its usage recorded on the run.
@@ -164,14 +112,7 @@ class GovernedOpenAI:
         ``params`` are the SDK's, without ``stream`` (use :meth:`stream`) and ``timeout`` (the
         run sets it). A response without usage raises ``UsageNotReported``.
         """
-        params = checked_params(params, _REQUIRED, "create", ("stream", "timeout"))
-        client = self._client
-
-        def send(timeout: Any) -> ChatCompletion:
-            completion: ChatCompletion = client.chat.completions.create(**params, timeout=timeout)
-            return completion
-
-        return call(self._gov, send, _usage_of, client.timeout, _CALL, model=params["model"])
+        return call(self._call("create", params), _usage_of)
 
     def stream(self, **params: Any) -> GovernedStream[ChatCompletionChunk]:
         """One governed streaming ``chat.completions.create``: its chunks, as they arrive.
@@ -180,80 +121,26 @@ class GovernedOpenAI:
         provider's last chunk, and a stream that ends without one raises ``UsageNotReported``
         after its last chunk.
         """
-        params = _stream_params(checked_params(params, _REQUIRED, "stream", ("stream", "timeout")))
-        client = self._client
-
-        def open_(timeout: Any) -> Any:
-            return client.chat.completions.create(**params, stream=True, timeout=timeout)
-
-        return open_stream(self._gov, open_, _Meter, client.timeout, _CALL, model=params["model"])
+        return open_stream(self._call("stream", params), _Meter)
 
 
 @final
-class AsyncGovernedOpenAI:
+class AsyncGovernedOpenAI(GovernedClient["openai.AsyncOpenAI"]):
     """:class:`GovernedOpenAI` for an ``openai.AsyncOpenAI`` client: the same, awaited.
 
     Every await of the SDK runs in ``ctx.scope()``: the run's cancellation (from any thread) or
     its deadline cancels the request in flight, and the call raises the run's ``RunTerminated``.
     """
 
-    __slots__ = ("_client", "_gov")
-
-    def __init__(
-        self,
-        client: openai.AsyncOpenAI,
-        ctx: RunContext,
-        *,
-        policy: str | RetryPolicy,
-        executor: HarnessRetryExecutor | None = None,
-        request_timeout: float | None = None,
-        tracing: HarnessTracing | None = None,
-    ) -> None:
-        _checked_client(client, "AsyncOpenAI", "OpenAI", "GovernedOpenAI")
-        self._gov = Governance(
-            ctx,
-            policy=policy,
-            executor=executor,
-            request_timeout=request_timeout,
-            classifier=classify_openai,
-            tracing=tracing,
-            provider="openai",
-        )
-        self._client = client
-
-    @property
-    def client(self) -> openai.AsyncOpenAI:
-        return self._client
-
-    @property
-    def executor(self) -> HarnessRetryExecutor:
-        """The executor that runs, and records, every attempt."""
-        return self._gov.executor
-
-    @property
-    def policy(self) -> RetryPolicy:
-        return self._gov.policy
+    __slots__ = ()
+    _sdk = _OPENAI
+    _client_class = "AsyncOpenAI"
+    _other = ("OpenAI", "GovernedOpenAI")
 
     async def create(self, **params: Any) -> ChatCompletion:
         """One governed ``await chat.completions.create(**params)``; see ``GovernedOpenAI``."""
-        params = checked_params(params, _REQUIRED, "create", ("stream", "timeout"))
-        client = self._client
-
-        def send(timeout: Any) -> Any:
-            return client.chat.completions.create(**params, timeout=timeout)
-
-        return await call_async(
-            self._gov, send, _usage_of, client.timeout, _CALL, model=params["model"]
-        )
+        return await call_async(self._call("create", params), _usage_of)
 
     async def stream(self, **params: Any) -> AsyncGovernedStream[ChatCompletionChunk]:
         """One governed streaming call; ``async for`` its chunks. See ``GovernedOpenAI``."""
-        params = _stream_params(checked_params(params, _REQUIRED, "stream", ("stream", "timeout")))
-        client = self._client
-
-        def open_(timeout: Any) -> Any:
-            return client.chat.completions.create(**params, stream=True, timeout=timeout)
-
-        return await open_stream_async(
-            self._gov, open_, _Meter, client.timeout, _CALL, model=params["model"]
-        )
+        return await open_stream_async(self._call("stream", params), _Meter)

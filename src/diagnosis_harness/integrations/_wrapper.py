@@ -1,0 +1,151 @@
+"""What the four governed SDK wrappers share: :class:`GovernedClient`, described by an :class:`Sdk`.
+
+``GovernedOpenAI``, ``AsyncGovernedOpenAI``, ``GovernedAnthropic`` and ``AsyncGovernedAnthropic``
+are each this base with three class attributes: the SDK they wrap, the SDK's client class they
+take, and where the SDK's other client goes instead. The base checks the client, builds the
+:class:`~._governed.Governance` and prepares each call's :class:`~._governed.ModelCall`; a
+wrapper's own methods only choose the world (``call`` or ``call_async``, ``open_stream`` or
+``open_stream_async``) and say what its response and its stream's usage are.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar, final
+
+from ._clients import ensure_no_hidden_retries
+from ._extras import missing_extra
+from ._governed import Governance, ModelCall
+from ._params import checked_params
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import ModuleType
+
+    from .._context import RunContext
+    from .._retry import Classifier, HarnessRetryExecutor
+    from .._retry_policy import RetryPolicy
+    from .otel import HarnessTracing
+
+__all__ = ["GovernedClient", "Sdk"]
+
+
+def _as_given(params: dict[str, Any]) -> dict[str, Any]:
+    return params
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Sdk:
+    """One provider's SDK as its two wrappers, sync and async, use it."""
+
+    package: str  # the module, its extra, and the chat spans' gen_ai.provider.name
+    classifier: Classifier  # the default executor's
+    call: str  # one call's name in errors: "openai chat.completions.create"
+    required: tuple[str, ...]  # the request parameters no call goes without
+    endpoint: Callable[[Any], Callable[..., Any]]  # a client -> the method one request calls
+    # A stream's parameters from the checked ones (``stream=True`` is added after it).
+    stream_params: Callable[[dict[str, Any]], dict[str, Any]] = _as_given
+
+    def module(self) -> ModuleType:
+        """The SDK, imported when a wrapper is built; if it is missing, the extra to install."""
+        try:
+            return importlib.import_module(self.package)
+        except ModuleNotFoundError as error:
+            if error.name != self.package:  # a broken install, not a missing one
+                raise
+            raise missing_extra(
+                self.package, self.package, f"a governed {self.package} call"
+            ) from error
+
+
+class _SdkClient(Protocol):
+    """What the base reads of an SDK client itself: its timeout (its retries are checked apart)."""
+
+    @property
+    def timeout(self) -> object: ...
+
+
+ClientT = TypeVar("ClientT", bound=_SdkClient)
+
+
+class GovernedClient(Generic[ClientT]):
+    """Governed calls on one SDK client, for one run and one policy: the wrappers' shared part.
+
+    A subclass names its :class:`Sdk` (``_sdk``), the SDK's client class it takes
+    (``_client_class``) and the SDK's other client class with the wrapper that takes that one
+    (``_other``, for the hint in the ``TypeError``). Every refusal happens in the constructor,
+    before any request: the client's class first, then its retries, then the run's arguments.
+    """
+
+    __slots__ = ("_client", "_gov")
+
+    _sdk: ClassVar[Sdk]
+    _client_class: ClassVar[str]
+    _other: ClassVar[tuple[str, str]]
+
+    def __init__(
+        self,
+        client: ClientT,
+        ctx: RunContext,
+        *,
+        policy: str | RetryPolicy,
+        executor: HarnessRetryExecutor | None = None,
+        request_timeout: float | None = None,
+        tracing: HarnessTracing | None = None,
+    ) -> None:
+        self._check(client)
+        self._gov = Governance(
+            ctx,
+            policy=policy,
+            executor=executor,
+            request_timeout=request_timeout,
+            classifier=self._sdk.classifier,
+            tracing=tracing,
+            provider=self._sdk.package,
+        )
+        self._client = client
+
+    @property
+    def client(self) -> ClientT:
+        return self._client
+
+    @property
+    def executor(self) -> HarnessRetryExecutor:
+        """The executor that runs, and records, every attempt."""
+        return self._gov.executor
+
+    @property
+    def policy(self) -> RetryPolicy:
+        return self._gov.policy
+
+    def _check(self, client: object) -> None:
+        package = self._sdk.package
+        sdk = self._sdk.module()
+        if not isinstance(client, getattr(sdk, self._client_class)):
+            other, wrapper = self._other
+            hint = ""
+            if isinstance(client, getattr(sdk, other)):
+                hint = f" (an {package}.{other} goes to {wrapper})"
+            raise TypeError(
+                f"client must be an {package}.{self._client_class}{hint}, got {client!r}"
+            )
+        ensure_no_hidden_retries(client)
+
+    def _call(self, method: Literal["create", "stream"], params: dict[str, Any]) -> ModelCall:
+        """``params`` checked (before the gate: a refused call reserves nothing), and how to send.
+
+        ``stream`` sends them with the SDK's stream parameters and ``stream=True``; every request
+        carries the ``timeout`` the run cuts for its attempt.
+        """
+        sdk = self._sdk
+        params = checked_params(params, sdk.required, method, ("stream", "timeout"))
+        if method == "stream":
+            params = {**sdk.stream_params(params), "stream": True}
+        client = self._client
+
+        def send(timeout: object) -> Any:
+            return sdk.endpoint(client)(**params, timeout=timeout)
+
+        return ModelCall(self._gov, send, client.timeout, sdk.call, params["model"])
