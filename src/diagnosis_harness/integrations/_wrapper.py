@@ -67,10 +67,10 @@ class _SdkClient(Protocol):
     def timeout(self) -> object: ...
 
 
-ClientT = TypeVar("ClientT", bound=_SdkClient)
+SdkClient = TypeVar("SdkClient", bound=_SdkClient)
 
 
-class GovernedClient(Generic[ClientT]):
+class GovernedClient(Generic[SdkClient]):
     """Governed calls on one SDK client, for one run and one policy: the wrappers' shared part.
 
     A subclass names its :class:`Sdk` (``_sdk``), the SDK's client class it takes
@@ -87,7 +87,7 @@ class GovernedClient(Generic[ClientT]):
 
     def __init__(
         self,
-        client: ClientT,
+        client: SdkClient,
         ctx: RunContext,
         *,
         policy: str | RetryPolicy,
@@ -108,7 +108,7 @@ class GovernedClient(Generic[ClientT]):
         self._client = client
 
     @property
-    def client(self) -> ClientT:
+    def client(self) -> SdkClient:
         return self._client
 
     @property
