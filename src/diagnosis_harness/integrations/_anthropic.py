@@ -97,7 +97,7 @@ class _Meter:
 _ANTHROPIC = Sdk(
     package="anthropic",
     classifier=classify_anthropic,
-    call="anthropic messages.create",
+    call_name="anthropic messages.create",
     required=("model", "messages", "max_tokens"),
     endpoint=lambda client: client.messages.create,
 )

@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 __all__ = [
     "AsyncGovernedStream",
     "Governance",
+    "GovernedCall",
     "GovernedStream",
-    "ModelCall",
     "TokenUsage",
     "UsageMeter",
     "UsageNotReported",
@@ -196,7 +196,7 @@ class _ChatSpan(TypedDict):
 
 @final
 @dataclass(frozen=True, slots=True)
-class ModelCall:
+class GovernedCall:
     """One governed call as its wrapper prepared it, and the steps its attempts share.
 
     ``send(timeout)`` sends one request with the call's checked parameters: it returns the SDK's
@@ -345,17 +345,17 @@ def _answered(gov: Governance, relay: _Relay) -> object:
     return item
 
 
-def call(model_call: ModelCall, usage_of: Callable[[R], TokenUsage | None]) -> R:
+def call(prepared: GovernedCall, usage_of: Callable[[R], TokenUsage | None]) -> R:
     """One governed call: ``send(timeout)`` per attempt, on a worker, under the executor."""
-    gov = model_call.gov
+    gov = prepared.gov
 
     def attempt() -> R:
-        timeout = model_call.begin()
+        timeout = prepared.begin()
 
         def work(relay: _Relay) -> None:
             try:
-                response = model_call.send(timeout)
-                usage = model_call.usage(response, usage_of)
+                response = prepared.send(timeout)
+                usage = prepared.usage(response, usage_of)
             except Exception as error:  # handed to the caller, which raises it
                 relay.put(_Failed(error))
             else:
@@ -364,13 +364,13 @@ def call(model_call: ModelCall, usage_of: Callable[[R], TokenUsage | None]) -> R
                 relay.put(response)
             relay.put(_END)
 
-        relay = _Relay(gov.ctx, work, model_call.name)
+        relay = _Relay(gov.ctx, work, prepared.name)
         try:
             return cast("R", _answered(gov, relay))  # the worker's one other item: the response
         finally:
             relay.stop()  # one item is all the caller takes
 
-    return model_call.run(attempt, usage_of)
+    return prepared.run(attempt, usage_of)
 
 
 @final
@@ -445,29 +445,29 @@ class GovernedStream(Generic[C]):
         self.close()
 
 
-def open_stream(model_call: ModelCall, meter: Callable[[], UsageMeter[C]]) -> GovernedStream[C]:
+def open_stream(prepared: GovernedCall, meter: Callable[[], UsageMeter[C]]) -> GovernedStream[C]:
     """One governed streaming call: ``send(timeout)`` per attempt, under the executor."""
-    gov = model_call.gov
+    gov = prepared.gov
 
     def attempt() -> GovernedStream[C]:
-        timeout = model_call.begin()
+        timeout = prepared.begin()
         usage: list[TokenUsage] = []
 
         def work(relay: _Relay) -> None:
             try:
-                stream = model_call.send(timeout)
+                stream = prepared.send(timeout)
             except Exception as error:
                 relay.put(_Failed(error))
                 relay.put(_END)
                 return
             relay.put(_OPENED)
-            _pump(gov, stream, meter(), relay, usage=usage, name=model_call.name)
+            _pump(gov, stream, meter(), relay, usage=usage, name=prepared.name)
 
-        relay = _Relay(gov.ctx, work, model_call.name)
+        relay = _Relay(gov.ctx, work, prepared.name)
         _answered(gov, relay)  # _OPENED: the chunks follow, on the same relay
         return GovernedStream(gov, relay, usage)
 
-    return model_call.run(attempt, None)
+    return prepared.run(attempt, None)
 
 
 def _pump(
@@ -509,16 +509,16 @@ def _pump(
 # -- async: every await of the SDK in ctx.scope() -------------------------------------------------
 
 
-async def call_async(model_call: ModelCall, usage_of: Callable[[R], TokenUsage | None]) -> R:
+async def call_async(prepared: GovernedCall, usage_of: Callable[[R], TokenUsage | None]) -> R:
     """One governed call in asyncio: ``await send(timeout)`` per attempt, under the executor."""
 
     async def attempt() -> R:
-        timeout = model_call.begin()
-        response: R = await model_call.send_in_scope(timeout)
-        model_call.gov.record(model_call.usage(response, usage_of))
+        timeout = prepared.begin()
+        response: R = await prepared.send_in_scope(timeout)
+        prepared.gov.record(prepared.usage(response, usage_of))
         return response
 
-    return await model_call.run_async(attempt, usage_of)
+    return await prepared.run_async(attempt, usage_of)
 
 
 @final
@@ -596,13 +596,13 @@ class AsyncGovernedStream(Generic[C]):
 
 
 async def open_stream_async(
-    model_call: ModelCall, meter: Callable[[], UsageMeter[C]]
+    prepared: GovernedCall, meter: Callable[[], UsageMeter[C]]
 ) -> AsyncGovernedStream[C]:
     """One governed streaming call in asyncio: ``await send(timeout)`` per attempt."""
 
     async def attempt() -> AsyncGovernedStream[C]:
-        timeout = model_call.begin()
-        stream = await model_call.send_in_scope(timeout)
-        return AsyncGovernedStream(model_call.gov, stream, meter(), model_call.name)
+        timeout = prepared.begin()
+        stream = await prepared.send_in_scope(timeout)
+        return AsyncGovernedStream(prepared.gov, stream, meter(), prepared.name)
 
-    return await model_call.run_async(attempt, None)
+    return await prepared.run_async(attempt, None)

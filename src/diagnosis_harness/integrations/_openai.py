@@ -77,7 +77,7 @@ def _stream_params(params: dict[str, Any]) -> dict[str, Any]:
 _OPENAI = Sdk(
     package="openai",
     classifier=classify_openai,
-    call="openai chat.completions.create",
+    call_name="openai chat.completions.create",
     required=("model", "messages"),
     endpoint=lambda client: client.chat.completions.create,
     stream_params=_stream_params,

@@ -3,7 +3,7 @@
 ``GovernedOpenAI``, ``AsyncGovernedOpenAI``, ``GovernedAnthropic`` and ``AsyncGovernedAnthropic``
 are each this base with three class attributes: the SDK they wrap, the SDK's client class they
 take, and where the SDK's other client goes instead. The base checks the client, builds the
-:class:`~._governed.Governance` and prepares each call's :class:`~._governed.ModelCall`; a
+:class:`~._governed.Governance` and prepares each call's :class:`~._governed.GovernedCall`; a
 wrapper's own methods only choose the world (``call`` or ``call_async``, ``open_stream`` or
 ``open_stream_async``) and say what its response and its stream's usage are.
 """
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, Typ
 
 from ._clients import ensure_no_hidden_retries
 from ._extras import missing_extra
-from ._governed import Governance, ModelCall
+from ._governed import Governance, GovernedCall
 from ._params import checked_params
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class Sdk:
 
     package: str  # the module, its extra, and the chat spans' gen_ai.provider.name
     classifier: Classifier  # the default executor's
-    call: str  # one call's name in errors: "openai chat.completions.create"
+    call_name: str  # one call, as errors name it: "openai chat.completions.create"
     required: tuple[str, ...]  # the request parameters no call goes without
     endpoint: Callable[[Any], Callable[..., Any]]  # a client -> the method one request calls
     # A stream's parameters from the checked ones (``stream=True`` is added after it).
@@ -76,7 +76,7 @@ class GovernedClient(Generic[SdkClient]):
     A subclass names its :class:`Sdk` (``_sdk``), the SDK's client class it takes
     (``_client_class``) and the SDK's other client class with the wrapper that takes that one
     (``_other``, for the hint in the ``TypeError``). Every refusal happens in the constructor,
-    before any request: the client's class first, then its retries, then the run's arguments.
+    before any request: the SDK installed, the client's class, its retries, the run's arguments.
     """
 
     __slots__ = ("_client", "_gov")
@@ -122,18 +122,18 @@ class GovernedClient(Generic[SdkClient]):
 
     def _check(self, client: object) -> None:
         package = self._sdk.package
-        sdk = self._sdk.module()
-        if not isinstance(client, getattr(sdk, self._client_class)):
+        module = self._sdk.module()
+        if not isinstance(client, getattr(module, self._client_class)):
             other, wrapper = self._other
             hint = ""
-            if isinstance(client, getattr(sdk, other)):
+            if isinstance(client, getattr(module, other)):
                 hint = f" (an {package}.{other} goes to {wrapper})"
             raise TypeError(
                 f"client must be an {package}.{self._client_class}{hint}, got {client!r}"
             )
         ensure_no_hidden_retries(client)
 
-    def _call(self, method: Literal["create", "stream"], params: dict[str, Any]) -> ModelCall:
+    def _call(self, method: Literal["create", "stream"], params: dict[str, Any]) -> GovernedCall:
         """``params`` checked (before the gate: a refused call reserves nothing), and how to send.
 
         ``stream`` sends them with the SDK's stream parameters and ``stream=True``; every request
@@ -148,4 +148,4 @@ class GovernedClient(Generic[SdkClient]):
         def send(timeout: object) -> Any:
             return sdk.endpoint(client)(**params, timeout=timeout)
 
-        return ModelCall(self._gov, send, client.timeout, sdk.call, params["model"])
+        return GovernedCall(self._gov, send, client.timeout, sdk.call_name, params["model"])
