@@ -9,7 +9,6 @@ classifier).
 from __future__ import annotations
 
 import asyncio
-import re
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ import openai
 import pytest
 
 from diagnosis_harness import (
+    BudgetDimension,
     BudgetLimits,
     FailureKind,
     HarnessRetryExecutor,
@@ -47,78 +47,46 @@ _REQUEST = httpx2.Request("POST", f"{URL}/chat/completions")
 
 @dataclass(frozen=True)
 class Wrapper:
-    """One governed wrapper: its SDK, the client it takes, and the other world's client."""
+    """One governed wrapper, the SDK client class it takes, and the other one's own wrapper."""
 
     cls: Callable[..., Any]
-    sdk: str
-    client: Callable[[], Any]
-    other: Callable[[], Any]
-    refusal: str  # the start of the TypeError for the other world's client
-    connection_error: Exception  # the SDK's own, which its default classifier knows
+    client_class: Callable[..., Any]
+    other_class: Callable[..., Any]
+    other_wrapper: str
 
+    @property
+    def sdk(self) -> str:
+        return str(self.client_class.__module__).partition(".")[0]
 
-def _openai_error() -> Exception:
-    return openai.APIConnectionError(request=_REQUEST)
+    def client(self) -> Any:
+        return self.client_class(api_key=KEY, base_url=URL, max_retries=0)
 
-
-def _anthropic_error() -> Exception:
-    return anthropic.APIConnectionError(request=_REQUEST)
+    def other(self) -> Any:
+        return self.other_class(api_key=KEY, base_url=URL, max_retries=0)
 
 
 WRAPPERS = [
+    Wrapper(GovernedOpenAI, openai.OpenAI, openai.AsyncOpenAI, "AsyncGovernedOpenAI"),
+    Wrapper(AsyncGovernedOpenAI, openai.AsyncOpenAI, openai.OpenAI, "GovernedOpenAI"),
     Wrapper(
-        GovernedOpenAI,
-        "openai",
-        lambda: openai.OpenAI(api_key=KEY, base_url=URL, max_retries=0),
-        lambda: openai.AsyncOpenAI(api_key=KEY, base_url=URL, max_retries=0),
-        "client must be an openai.OpenAI (an openai.AsyncOpenAI goes to AsyncGovernedOpenAI), got",
-        _openai_error(),
+        GovernedAnthropic, anthropic.Anthropic, anthropic.AsyncAnthropic, "AsyncGovernedAnthropic"
     ),
     Wrapper(
-        AsyncGovernedOpenAI,
-        "openai",
-        lambda: openai.AsyncOpenAI(api_key=KEY, base_url=URL, max_retries=0),
-        lambda: openai.OpenAI(api_key=KEY, base_url=URL, max_retries=0),
-        "client must be an openai.AsyncOpenAI (an openai.OpenAI goes to GovernedOpenAI), got",
-        _openai_error(),
-    ),
-    Wrapper(
-        GovernedAnthropic,
-        "anthropic",
-        lambda: anthropic.Anthropic(api_key=KEY, base_url=URL, max_retries=0),
-        lambda: anthropic.AsyncAnthropic(api_key=KEY, base_url=URL, max_retries=0),
-        "client must be an anthropic.Anthropic "
-        "(an anthropic.AsyncAnthropic goes to AsyncGovernedAnthropic), got",
-        _anthropic_error(),
-    ),
-    Wrapper(
-        AsyncGovernedAnthropic,
-        "anthropic",
-        lambda: anthropic.AsyncAnthropic(api_key=KEY, base_url=URL, max_retries=0),
-        lambda: anthropic.Anthropic(api_key=KEY, base_url=URL, max_retries=0),
-        "client must be an anthropic.AsyncAnthropic "
-        "(an anthropic.Anthropic goes to GovernedAnthropic), got",
-        _anthropic_error(),
+        AsyncGovernedAnthropic, anthropic.AsyncAnthropic, anthropic.Anthropic, "GovernedAnthropic"
     ),
 ]
 wrappers = pytest.mark.parametrize("wrapper", WRAPPERS, ids=lambda w: w.cls.__name__)
+CONNECTION_ERRORS = {
+    "openai": openai.APIConnectionError(request=_REQUEST),
+    "anthropic": anthropic.APIConnectionError(request=_REQUEST),
+}
 
 
 def _run() -> RunContext:
+    every_limit: dict[str, Any] = {dimension.value: 10 for dimension in BudgetDimension}
+    limits = BudgetLimits(**every_limit)
     return RunContext.create(
-        session_id="s-1",
-        run_id="r-1",
-        limits=BudgetLimits(
-            model_calls=10,
-            tool_calls=10,
-            per_tool_calls=10,
-            input_tokens=1_000,
-            output_tokens=1_000,
-            total_tokens=2_000,
-            run_bytes=1 << 20,
-        ),
-        timeout=30,
-        clock=ManualClock(),
+        session_id="s-1", run_id="r-1", limits=limits, timeout=30, clock=ManualClock()
     )
 
 
@@ -148,9 +116,9 @@ def test_the_default_executor_classifies_with_the_wrappers_own_sdk(wrapper: Wrap
     governed = wrapper.cls(client, _run(), policy=policy)
     assert governed.policy is policy
     executor = governed.executor
-    assert executor.classify(wrapper.connection_error) is FailureKind.TRANSPORT
-    other = _anthropic_error() if wrapper.sdk == "openai" else _openai_error()
-    assert executor.classify(other) is FailureKind.UNKNOWN  # not the other SDK's classifier
+    for sdk, error in CONNECTION_ERRORS.items():  # its own SDK's errors only
+        kind = FailureKind.TRANSPORT if sdk == wrapper.sdk else FailureKind.UNKNOWN
+        assert executor.classify(error) is kind
     assert executor.attempts == ()
     _close(client)
 
@@ -159,8 +127,14 @@ def test_the_default_executor_classifies_with_the_wrappers_own_sdk(wrapper: Wrap
 def test_the_other_worlds_client_is_refused_with_the_wrapper_it_goes_to(wrapper: Wrapper) -> None:
     ctx = _run()
     other = wrapper.other()
-    with pytest.raises(TypeError, match="^" + re.escape(wrapper.refusal + " ")):
+    sdk, expected, given = wrapper.sdk, wrapper.client_class.__name__, wrapper.other_class.__name__
+    message = (
+        f"client must be an {sdk}.{expected} (an {sdk}.{given} goes to {wrapper.other_wrapper}), "
+        f"got {other!r}"
+    )
+    with pytest.raises(TypeError) as raised:
         wrapper.cls(other, ctx, policy="tool_call")
+    assert str(raised.value) == message
     assert ctx.budget.snapshot().model_calls == 0
     assert ctx.lifecycle.state is RunState.RUNNING
     _close(other)
