@@ -118,8 +118,17 @@ class RedisRun:
     # -- reading ------------------------------------------------------------------------------
 
     @property
+    def run_id(self) -> str:
+        return self._keys.run_id
+
+    @property
     def limits(self) -> BudgetLimits:
         return self._limits
+
+    @property
+    def ending_delivered(self) -> bool:
+        """This process has learned of the run's ending and run its callbacks."""
+        return self._delivered.is_set()
 
     @property
     def state(self) -> RunState:
@@ -169,13 +178,14 @@ class RedisRun:
         self._learn(self._read())
 
     def refresh_from_listener(self) -> None:
-        """The listener's :meth:`refresh`: never raises; forgets the run once delivered."""
+        """The listener's :meth:`refresh`: never raises. A run gone from the store is not
+        watched any more: nothing will be published on its channel."""
         try:
             self.refresh()
-        except (RunStoreUnavailable, UnknownRun):
+        except RunStoreUnavailable:
             return  # the listener re-reads on its next connection; the operations read anyway
-        if self._delivered.is_set():
-            self._store.forget(self._keys.channel)
+        except UnknownRun:
+            self._store.forget(self._keys.channel, self)
 
     # -- the gate and the reservations ----------------------------------------------------------
 
@@ -313,6 +323,7 @@ class RedisRun:
                 self._signal.deliver(pending, reason)
             finally:
                 self._delivered.set()
+                self._store.forget(self._keys.channel, self)  # the listener has no more to do
         elif ended_now:
             self._await_delivery()
 
