@@ -5,11 +5,13 @@ writes no key; an owner whose run ended, or that nobody holds any more, is forgo
 channel unsubscribed -- so a worker that attaches to run after run keeps no state for the runs it
 is done with. Each owner of this process is woken on its own, also two owners of one run.
 
-The listener works on its own thread. Where a test must know it has caught up, it cancels a
-*marker* run from another store and waits for the marker's callback, which the listener runs:
-the listener subscribes and unsubscribes, in one step, every channel that was wanted or dropped
-before the marker was watched, so once the marker's ending is delivered the server has seen
-those (un)subscriptions, and every message that came before has been handled.
+The listener works on its own thread. Where a test must know it has caught up, it watches a
+*marker* run, cancels it from another store and waits for the marker's callback, which only the
+listener can run -- twice: the first marker may share one SUBSCRIBE with channels watched before
+it (and its confirmation may be read before theirs), but the second is watched after the first
+was delivered, so its SUBSCRIBE is sent after every (un)subscription of channels watched or
+dropped before the first marker, and its delivery comes after the server handled them and the
+listener read everything that arrived before.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from __future__ import annotations
 import gc
 import threading
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
+import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -35,9 +38,7 @@ from diagnosis_harness.redis import RedisRunStore
 from diagnosis_harness.redis._store import RunKeys
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
-    import redis
+    from collections.abc import Callable, Iterator
 
     from .server import RedisServer
 
@@ -91,12 +92,22 @@ def _subscribers(client: redis.Redis, namespace: str, run_id: str) -> int:
     return int(count)
 
 
-def _catch_up(listening: RedisRunStore, canceller: RedisRunStore, run_id: str) -> None:
-    """Return once ``listening``'s listener has handled everything watched or dropped before."""
+def _catch_up(listening: RedisRunStore, canceller: RedisRunStore, marker: str) -> set[bytes]:
+    """Return once ``listening``'s listener has handled everything watched or dropped before;
+    the markers' channels, which may stay subscribed a moment longer."""
+    channels: set[bytes] = set()
+    for step in ("a", "b"):
+        run_id = f"{marker}-{step}"
+        _deliver_a_marker(listening, canceller, run_id)
+        channels.add(_channel(listening.namespace, run_id).encode())
+    return channels
+
+
+def _deliver_a_marker(listening: RedisRunStore, canceller: RedisRunStore, run_id: str) -> None:
     _create(canceller, run_id)
-    marker = _attach(listening, run_id)
+    ctx = _attach(listening, run_id)
     delivered = threading.Event()
-    marker.cancellation.register(lambda _reason: delivered.set())
+    ctx.cancellation.register(lambda _reason: delivered.set())
     _attach(canceller, run_id).cancellation.cancel(CancellationReason.SHUTDOWN)
     assert delivered.wait(_WAIT_SECONDS), "the listener never delivered the marker's ending"
 
@@ -269,10 +280,9 @@ def test_a_worker_that_attaches_to_run_after_run_keeps_no_state_for_them(
     del held, ctx  # the runs still running are dropped without an ending
     gc.collect()
     assert store.watched_runs == frozenset()
-    _catch_up(store, other_store, "marker-3")
+    markers = _catch_up(store, other_store, "marker-3")
     assert all(_subscribers(store.client, namespace, run_id) == 0 for run_id in runs)
-    leftover = set(store.client.pubsub_channels(f"{namespace}:*"))
-    assert leftover <= {_channel(namespace, "marker-3").encode()}  # unsubscribed on the next turn
+    assert set(store.client.pubsub_channels(f"{namespace}:*")) <= markers
 
 
 def test_a_closed_store_watches_nothing(store: RedisRunStore) -> None:
@@ -283,3 +293,62 @@ def test_a_closed_store_watches_nothing(store: RedisRunStore) -> None:
     _create(store, f"run-{uuid.uuid4().hex[:6]}")
     assert store.watched_runs == frozenset()
     assert ctx.lifecycle.termination is None  # the owners still read the store
+
+
+class _ClientWithAHook(redis.Redis):
+    """A real client that runs ``after_read`` once, right after an owner's read of its run's
+    state: the moment between an attach's first read and its watch, made to happen."""
+
+    after_read: Callable[[], None] | None = None
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        answer = super().execute_command(*args, **options)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+        hook = self.after_read
+        if hook is not None and args[0] == "HMGET" and "state" in args[2:]:
+            self.after_read = None
+            hook()
+        return answer
+
+
+@pytest.mark.parametrize("already_subscribed", [False, True])
+def test_an_ending_between_an_attachs_first_read_and_its_watch_is_delivered(
+    redis_server: RedisServer, other_store: RedisRunStore, already_subscribed: bool
+) -> None:
+    """Its first read found the run running; the ending came before it was watched. The listener
+    re-reads it once its channel's subscription is live: on a new subscription's confirmation,
+    or at once when another owner of this process has the channel subscribed. For the latter,
+    that owner's callback, which the listener runs on the ending's message, holds the listener
+    until the late owner is watched: the message is past, and the channel still subscribed.
+    No operation of the late owner reads the run before the check: only the listener can."""
+    client = _ClientWithAHook(host="127.0.0.1", port=redis_server.port, socket_timeout=5.0)
+    store = RedisRunStore(client, namespace=other_store.namespace)
+    _create(other_store)
+    listener_held, late_watched = threading.Event(), threading.Event()
+    if already_subscribed:
+        first = _attach(store)
+
+        def hold_the_listener(_reason: CancellationReason) -> None:
+            listener_held.set()
+            late_watched.wait(_WAIT_SECONDS)
+
+        first.cancellation.register(hold_the_listener)
+        _catch_up(store, other_store, "marker-1")  # first's channel is subscribed
+    ended = threading.Event()
+
+    def the_run_ends_elsewhere() -> None:
+        _attach(other_store).cancellation.cancel(CancellationReason.SHUTDOWN)
+        if already_subscribed:
+            assert listener_held.wait(_WAIT_SECONDS)  # the message is handled, without `late`
+        ended.set()
+
+    client.after_read = the_run_ends_elsewhere
+    late = _attach(store)
+    late_watched.set()
+    assert ended.is_set()  # the hook ran, inside the attach
+    _catch_up(store, other_store, "marker-2")
+    assert "run-1" not in store.watched_runs  # the listener delivered the ending to `late`
+    seen: list[CancellationReason] = []
+    late.cancellation.register(seen.append)
+    assert seen == [CancellationReason.SHUTDOWN]
+    store.close()
+    client.close()
