@@ -285,6 +285,34 @@ def test_a_worker_that_attaches_to_run_after_run_keeps_no_state_for_them(
     assert set(store.client.pubsub_channels(f"{namespace}:*")) <= markers
 
 
+def test_an_owner_dropped_right_after_the_listener_first_read_it_is_forgotten(
+    redis_server: RedisServer, other_store: RedisRunStore
+) -> None:
+    """The listener holds no owner longer than it reads it: it used to keep the last owner it
+    re-read as a new one in a local variable of its loop, alive until the next new owner came."""
+    client = _ClientWithAHook(host="127.0.0.1", port=redis_server.port, socket_timeout=5.0)
+    store = RedisRunStore(client, namespace=other_store.namespace)
+    _create(other_store)
+    first = _attach(store)
+    _catch_up(store, other_store, "marker")  # run-1's channel is subscribed
+    read_by_the_listener = threading.Event()
+
+    def on_the_listeners_read() -> None:
+        if threading.current_thread().name == "diagnosis-harness-redis-listener":
+            read_by_the_listener.set()
+            client.after_read = None
+
+    client.after_read = on_the_listeners_read
+    second = _attach(store)  # a new owner on a subscribed channel: re-read by the listener
+    assert read_by_the_listener.wait(_WAIT_SECONDS)
+    assert store.watched_runs == {"run-1"}
+    del first, second
+    gc.collect()
+    assert store.watched_runs == frozenset()
+    store.close()
+    client.close()
+
+
 def test_a_closed_store_watches_nothing(store: RedisRunStore) -> None:
     ctx = _create(store)
     assert store.watched_runs == {"run-1"}
@@ -296,8 +324,8 @@ def test_a_closed_store_watches_nothing(store: RedisRunStore) -> None:
 
 
 class _ClientWithAHook(redis.Redis):
-    """A real client that runs ``after_read`` once, right after an owner's read of its run's
-    state: the moment between an attach's first read and its watch, made to happen."""
+    """A real client that runs ``after_read`` right after each read of a run's state (until the
+    hook clears it): the moment between an attach's first read and its watch, made to happen."""
 
     after_read: Callable[[], None] | None = None
 
@@ -305,7 +333,6 @@ class _ClientWithAHook(redis.Redis):
         answer = super().execute_command(*args, **options)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
         hook = self.after_read
         if hook is not None and args[0] == "HMGET" and "state" in args[2:]:
-            self.after_read = None
             hook()
         return answer
 
@@ -336,6 +363,7 @@ def test_an_ending_between_an_attachs_first_read_and_its_watch_is_delivered(
     ended = threading.Event()
 
     def the_run_ends_elsewhere() -> None:
+        client.after_read = None
         _attach(other_store).cancellation.cancel(CancellationReason.SHUTDOWN)
         if already_subscribed:
             assert listener_held.wait(_WAIT_SECONDS)  # the message is handled, without `late`

@@ -169,10 +169,7 @@ class Listener:
                 if subscribed - wanted:
                     self._pubsub.unsubscribe(*(subscribed - wanted))
                 subscribed = wanted
-                for channel, ref in fresh:
-                    run = ref()
-                    if run is not None and channel in live:
-                        run.refresh_from_listener()
+                self._reread(fresh, live)
                 if not subscribed:
                     self._stop.wait(_POLL_SECONDS)
                     continue
@@ -188,6 +185,17 @@ class Listener:
                 self._drop()
                 self._stop.wait(_BACKOFF_SECONDS)
         self._drop()
+
+    # The next two hold the owners they wake only while they run: a reference left in the
+    # loop's frame would keep a dropped owner alive, and watched, until it was overwritten.
+
+    @staticmethod
+    def _reread(fresh: list[tuple[str, _Owner]], live: set[str]) -> None:
+        """Re-read each new owner whose channel was subscribed before it was watched."""
+        for channel, ref in fresh:
+            run = ref() if channel in live else None
+            if run is not None:
+                run.refresh_from_listener()
 
     def _refresh(self, channel: str) -> None:
         with self._lock:
