@@ -313,6 +313,22 @@ def test_an_owner_dropped_right_after_the_listener_first_read_it_is_forgotten(
     client.close()
 
 
+def test_a_store_nobody_holds_any_more_stops_its_listener(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    """A service that makes a store per request and forgets to close it must not keep a thread
+    and a pub/sub connection for each: the listener stops when its store is collected."""
+    before = set(threading.enumerate())
+    store = RedisRunStore(redis_server.client(), namespace=namespace)
+    ctx = _create(store)
+    [thread] = [t for t in threading.enumerate() if t not in before]
+    assert thread.name == "diagnosis-harness-redis-listener"
+    del ctx, store
+    gc.collect()
+    thread.join(_WAIT_SECONDS)
+    assert not thread.is_alive()
+
+
 def test_a_closed_store_watches_nothing(store: RedisRunStore) -> None:
     ctx = _create(store)
     assert store.watched_runs == {"run-1"}

@@ -116,6 +116,11 @@ class Listener:
         with self._lock:
             self._drop_owners(channel, lambda owner: owner is run)
 
+    def stop(self) -> None:
+        """Ask the thread to end on its next turn, and return: safe in a finalizer, which may run
+        in any thread (no lock, no join). The thread closes its connection as it ends."""
+        self._stop.set()
+
     def close(self) -> None:
         """Stop the thread and close the connection; the owners still read the store."""
         with self._lock:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -97,10 +98,11 @@ class RedisRunStore:
     default is 5 s): a store that does not answer in time is an error, never a hang.
     ``namespace`` is a safe key segment (``[A-Za-z0-9_.-]``, 1 to 128 characters); a run's keys
     expire ``expire_after`` seconds (default a day) after the run ends. Thread-safe; one store
-    per client is enough for every run of a process. :meth:`close` stops its listener thread.
+    per client is enough for every run of a process. :meth:`close` stops its listener thread,
+    as does the store's collection once neither it nor an owner of its runs is held.
     """
 
-    __slots__ = ("_expire_after_ms", "_listener", "client", "namespace")
+    __slots__ = ("__weakref__", "_expire_after_ms", "_listener", "client", "namespace")
 
     def __init__(
         self, client: redis.Redis, *, namespace: str, expire_after: float = 86_400.0
@@ -133,6 +135,9 @@ class RedisRunStore:
         except redis.RedisError as error:
             raise self.unavailable("FUNCTION LOAD", error) from error
         self._listener = Listener(client)
+        # The thread holds the listener, not the store: a store nobody holds (its owners hold
+        # it) stops its thread, also when nobody called close().
+        weakref.finalize(self, self._listener.stop)
 
     # -- what RunContext calls ----------------------------------------------------------------
 
