@@ -101,15 +101,16 @@ class Listener:
         with self._lock:
             if self._stop.is_set():
                 return  # closed: nothing would ever wake it
+            if self._thread is None:  # first, so that a thread that cannot start leaves nothing
+                thread = threading.Thread(
+                    target=self._loop, name="diagnosis-harness-redis-listener", daemon=True
+                )
+                thread.start()
+                self._thread = thread
             self._prune()
             ref = weakref.ref(run, on_collected)
             self._owners.setdefault(channel, []).append(ref)
             self._fresh.append((channel, ref))
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._loop, name="diagnosis-harness-redis-listener", daemon=True
-                )
-                self._thread.start()
 
     def forget(self, channel: str, run: RedisRun) -> None:
         """Stop watching ``run`` (it learned of its run's ending, or its run is gone)."""
