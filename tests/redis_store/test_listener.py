@@ -329,6 +329,46 @@ def test_a_store_nobody_holds_any_more_stops_its_listener(
     assert not thread.is_alive()
 
 
+def test_a_listener_read_that_an_ending_overtakes_is_harmless(
+    redis_server: RedisServer, other_store: RedisRunStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The listener read the run running; before it took the answer in, this process ended the
+    run and is running its callbacks. The stale answer must not deliver (it used to, with its
+    empty signal: a ValueError, and the listener dropped its connection and started over)."""
+    client = _ClientWithAHook(host="127.0.0.1", port=redis_server.port, socket_timeout=5.0)
+    store = RedisRunStore(client, namespace=other_store.namespace)
+    listener_read, in_callbacks, release = threading.Event(), threading.Event(), threading.Event()
+
+    def after_the_listeners_read() -> None:
+        if threading.current_thread().name == "diagnosis-harness-redis-listener":
+            client.after_read = None
+            listener_read.set()
+            assert in_callbacks.wait(_WAIT_SECONDS)  # the ending overtakes this read
+
+    seen: list[CancellationReason] = []
+
+    def slow_callback(reason: CancellationReason) -> None:
+        seen.append(reason)
+        in_callbacks.set()
+        release.wait(_WAIT_SECONDS)
+
+    client.after_read = after_the_listeners_read
+    ctx = _create(store)  # the listener reads it once subscribed
+    ctx.cancellation.register(slow_callback)
+    assert listener_read.wait(_WAIT_SECONDS)  # it read the run running, and waits
+    ender = threading.Thread(target=ctx.lifecycle.succeed)
+    ender.start()
+    assert in_callbacks.wait(_WAIT_SECONDS)
+    _catch_up(store, other_store, "marker")  # the listener took its stale answer in
+    release.set()
+    ender.join()
+    assert seen == [CancellationReason.RUN_FINISHED]
+    assert store.watched_runs == frozenset()
+    assert not [r for r in caplog.records if "listener failed" in r.getMessage()]
+    store.close()
+    client.close()
+
+
 def test_a_closed_store_watches_nothing(store: RedisRunStore) -> None:
     ctx = _create(store)
     assert store.watched_runs == {"run-1"}

@@ -300,14 +300,21 @@ class RedisRun:
     # -- what an answer says --------------------------------------------------------------------
 
     def _learn(self, answer: list[Any]) -> list[Any]:
-        """Take in the state ``answer`` carries: an ending runs this process's callbacks."""
-        if len(answer) > 1 and self._termination is None and _text(answer[1]) != _RUNNING:
+        """Take in the state ``answer`` carries: an ending runs this process's callbacks.
+
+        Only an answer that shows the ending delivers it, with the reason it carries: an answer
+        read before the ending (the listener's, say) may arrive after another thread took the
+        ending in, and carries no reason; that thread delivers.
+        """
+        if len(answer) < 2 or _text(answer[1]) == _RUNNING:
+            return answer
+        if self._termination is None:
             at_ns = int(answer[3]) - self._offset
             termination = RunTermination(RunState(_text(answer[1])), _text(answer[2]), at_ns)
             with self._lock:
                 if self._termination is None:
                     self._termination = termination
-        if self._termination is not None and not self._delivered.is_set():
+        if not self._delivered.is_set():
             self._deliver(CancellationReason(_text(answer[4])), ended_now=False)
         if _text(answer[0]) == "ended_now":
             self._await_delivery()
