@@ -136,9 +136,11 @@ class RunStore(Protocol):
         *,
         session_id: str,
         run_id: str,
+        limits: BudgetLimits | None,
         clock: Clock,
         on_callback_error: CallbackErrorHandler,
     ) -> RunBackend:
-        """The owner, in this process, of a run published before; refuse an unknown run ID or a
-        session ID that differs from the stored one. Its ``limits`` are the stored ones and its
-        ``deadline_ns`` the stored instant on ``clock``'s timeline."""
+        """The owner, in this process, of a run published before; refuse an unknown run ID, a
+        session ID that differs from the stored one, or ``limits`` (when not ``None``) that
+        differ from the stored ones -- a refusal leaves nothing behind. Its ``limits`` are the
+        stored ones and its ``deadline_ns`` the stored instant on ``clock``'s timeline."""

@@ -20,7 +20,7 @@ from ._boundary import Boundary
 from ._budget import Budget
 from ._cancellation import Cancellation, checked_error_handler
 from ._clock import Clock, Deadline, SystemClock
-from ._errors import InvalidRunIdentity, InvalidRunIdentityType, RunStoreConflict
+from ._errors import InvalidRunIdentity, InvalidRunIdentityType
 from ._lifecycle import Lifecycle
 from ._limits import BudgetLimits
 from ._retry_policy import RetryPolicies
@@ -180,10 +180,11 @@ class RunContext:
         The run's limits and deadline are the stored ones; the deadline, one instant for every
         process, is mapped onto ``clock`` (see the store's documentation for how). ``limits``,
         when given, must equal the stored ones, else :class:`~diagnosis_harness.RunStoreConflict`
-        -- a worker that expects other limits than the run has is a configuration error. An
-        unknown run raises :class:`~diagnosis_harness.UnknownRun`, a ``session_id`` other than
-        the stored one ``RunStoreConflict``. Retry policies and the callback error handler are
-        this process's own.
+        naming the limits that differ -- a worker that expects other limits than the run has is
+        a configuration error. An unknown run raises :class:`~diagnosis_harness.UnknownRun`, a
+        ``session_id`` other than the stored one ``RunStoreConflict``; a refused attach leaves
+        nothing behind in the store or this process. Retry policies and the callback error
+        handler are this process's own.
         """
         session_id = _identity("session_id", session_id)
         run_id = _identity("run_id", run_id)
@@ -198,15 +199,10 @@ class RunContext:
         run = store.attach_run(
             session_id=session_id,
             run_id=run_id,
+            limits=limits,
             clock=clock,
             on_callback_error=checked_error_handler(on_callback_error),
         )
-        if limits is not None and limits != run.limits:
-            raise RunStoreConflict(
-                repr(store),
-                f"run {run_id!r} is stored with limits {run.limits!r}, "
-                f"not the limits given: {limits!r}",
-            )
         deadline = Deadline.at_ns(run.deadline_ns)
         return cls._of(
             session_id=session_id,

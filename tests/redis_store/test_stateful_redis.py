@@ -60,11 +60,16 @@ class FreshRuns:
         *,
         session_id: str,
         run_id: str,
+        limits: BudgetLimits | None,
         clock: Clock,
         on_callback_error: CallbackErrorHandler,
     ) -> RunBackend:
         return self.store.attach_run(
-            session_id=session_id, run_id=run_id, clock=clock, on_callback_error=on_callback_error
+            session_id=session_id,
+            run_id=run_id,
+            limits=limits,
+            clock=clock,
+            on_callback_error=on_callback_error,
         )
 
 

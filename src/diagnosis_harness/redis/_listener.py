@@ -1,14 +1,24 @@
 """How a process learns that a run ended without asking: one subscriber thread per store.
 
 Theory of operation. Every script that ends a run publishes the new state on the run's channel.
-The store's :class:`Listener` holds one pub/sub connection and a thread; each run owner of this
-process is watched on its channel until its ending has been delivered here. Whatever arrives on a
-channel -- the ending, or the confirmation that the subscription is live -- makes the owner
-re-read the run's stored state, and an owner that reads an ending runs this process's callbacks
-(exactly once: :class:`~diagnosis_harness._cancellation.CancelSignal` decides, under the owner's
-lock). Reading on the subscription's confirmation closes the gap between an owner's first read
-and its subscription; a lost connection re-subscribes every channel on a new one, and so
-re-reads every run: an ending published while the connection was down is not missed.
+The store's :class:`Listener` holds one pub/sub connection and a thread; each owner of this
+process whose run is running is watched on its run's channel -- several owners of one run each
+on their own -- until it has learned of the ending. Whatever arrives on a channel -- the ending,
+or the confirmation that the subscription is live -- makes each owner watched on it re-read the
+run's stored state, and an owner that reads an ending runs this process's callbacks (exactly
+once: :class:`~diagnosis_harness._cancellation.CancelSignal` decides, under the owner's lock).
+
+An owner has read its run once before it is watched. The listener re-reads it once the channel's
+subscription is live -- on the confirmation of a new subscription, or at once when another owner
+had the channel subscribed already -- so an ending published between that first read and the
+subscription is not missed; a lost connection subscribes every channel again on a new one, and
+so re-reads every run.
+
+What the listener keeps is bounded by the owners alive and running. An owner is forgotten when
+it learns of its run's ending (whoever read it), when its run is gone from the store, or when
+nobody holds it any more (a weak reference, whose callback only queues the channel: it may run
+in any thread, at any allocation, even under this listener's lock); a channel no owner is
+watched on any more is unsubscribed on the thread's next turn. A closed listener watches nothing.
 
 The listener is a convenience for callbacks, not a gate: every operation of an owner reads the
 stored state itself, so no work is ever granted on what the listener has or has not heard.
@@ -17,7 +27,9 @@ stored state itself, so no work is ever granted on what the listener has or has 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import queue
 import threading
 import weakref
 from typing import TYPE_CHECKING, Final, final
@@ -25,6 +37,8 @@ from typing import TYPE_CHECKING, Final, final
 import redis
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ._run import RedisRun
 
 __all__ = ["Listener"]
@@ -34,6 +48,8 @@ _log = logging.getLogger("diagnosis_harness")
 _POLL_SECONDS: Final = 0.1  # how long a wait for a message lasts before new channels are taken
 _BACKOFF_SECONDS: Final = 0.2  # the pause after a lost connection before the next attempt
 
+_Owner = weakref.ref["RedisRun"]
+
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
@@ -41,43 +57,105 @@ def _text(value: bytes | str) -> str:
 
 @final
 class Listener:
-    """One pub/sub connection and thread for the runs of one store in this process."""
+    """One pub/sub connection and thread for the runs of one store in this process.
 
-    __slots__ = ("_client", "_lock", "_pubsub", "_runs", "_stop", "_thread", "_unsubscribe")
+    Under ``_lock``: ``_owners`` (channel -> the owners watched on it, weakly, never empty) and
+    ``_fresh`` (owners watched since the thread last looked). ``_collected`` (channels whose
+    owner was collected) is a ``SimpleQueue``, safe to put to from a weak reference's callback.
+    Only the thread touches ``_pubsub`` and the set of subscribed channels.
+    """
+
+    __slots__ = (
+        "_client",
+        "_collected",
+        "_fresh",
+        "_lock",
+        "_owners",
+        "_pubsub",
+        "_stop",
+        "_thread",
+    )
 
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
-        self._lock = threading.Lock()  # protects _runs and _unsubscribe
-        # channel -> the owner watched on it; weak, so an owner nobody holds stops being watched
-        self._runs: dict[str, weakref.ref[RedisRun]] = {}
-        self._unsubscribe: set[str] = set()
-        self._pubsub: redis.client.PubSub | None = None  # only the thread touches it
+        self._lock = threading.Lock()
+        self._owners: dict[str, list[_Owner]] = {}
+        self._fresh: list[tuple[str, _Owner]] = []
+        self._collected: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._pubsub: redis.client.PubSub | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def watch(self, channel: str, run: RedisRun) -> None:
-        """Watch ``run`` on ``channel`` until :meth:`forget`; starts the thread if needed."""
+    @property
+    def watched(self) -> frozenset[str]:
+        """The run IDs of the owners watched now."""
         with self._lock:
-            self._runs[channel] = weakref.ref(run)
-            self._unsubscribe.discard(channel)
-            if self._thread is None and not self._stop.is_set():
-                self._thread = threading.Thread(
+            self._prune()
+            owners = [ref() for refs in self._owners.values() for ref in refs]
+        return frozenset(run.run_id for run in owners if run is not None)
+
+    def watch(self, channel: str, run: RedisRun) -> None:
+        """Watch ``run`` on ``channel`` until :meth:`forget` or until it is collected; starts the
+        thread if needed. ``run`` has read its run's state once already and found it running."""
+        on_collected = functools.partial(self._on_collected, channel)
+        with self._lock:
+            if self._stop.is_set():
+                return  # closed: nothing would ever wake it
+            if self._thread is None:  # first, so that a thread that cannot start leaves nothing
+                thread = threading.Thread(
                     target=self._loop, name="diagnosis-harness-redis-listener", daemon=True
                 )
-                self._thread.start()
+                thread.start()
+                self._thread = thread
+            self._prune()
+            ref = weakref.ref(run, on_collected)
+            self._owners.setdefault(channel, []).append(ref)
+            self._fresh.append((channel, ref))
 
-    def forget(self, channel: str) -> None:
-        """Stop watching ``channel`` (its run's ending has been delivered here)."""
+    def forget(self, channel: str, run: RedisRun) -> None:
+        """Stop watching ``run`` (it learned of its run's ending, or its run is gone)."""
         with self._lock:
-            if self._runs.pop(channel, None) is not None:
-                self._unsubscribe.add(channel)
+            self._drop_owners(channel, lambda owner: owner is run)
+
+    def stop(self) -> None:
+        """Ask the thread to end on its next turn, and return: safe in a finalizer, which may run
+        in any thread (no lock, no join). The thread closes its connection as it ends."""
+        self._stop.set()
 
     def close(self) -> None:
         """Stop the thread and close the connection; the owners still read the store."""
-        self._stop.set()
+        with self._lock:
+            self._stop.set()
+            self._owners.clear()
+            self._fresh.clear()
+            self._prune()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join()
+
+    # -- under the lock ---------------------------------------------------------------------------
+
+    def _drop_owners(self, channel: str, gone: Callable[[RedisRun | None], bool]) -> None:
+        """Drop the owners on ``channel`` that are ``gone`` (``None``: collected)."""
+        owners = [ref for ref in self._owners.get(channel, ()) if not gone(ref())]
+        if owners:
+            self._owners[channel] = owners
+        else:
+            self._owners.pop(channel, None)
+
+    def _prune(self) -> None:
+        """Drop the owners that were collected since the last time."""
+        while True:
+            try:
+                channel = self._collected.get_nowait()
+            except queue.Empty:
+                return
+            self._drop_owners(channel, lambda owner: owner is None)
+
+    def _on_collected(self, channel: str, _ref: _Owner) -> None:
+        self._collected.put(channel)  # no lock here: see the module docstring
+
+    # -- the thread -------------------------------------------------------------------------------
 
     def _loop(self) -> None:
         subscribed: set[str] = set()
@@ -88,15 +166,16 @@ class Listener:
                     self._pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
                     subscribed = set()
                 with self._lock:
-                    wanted = set(self._runs)
-                    gone = self._unsubscribe & subscribed
-                    self._unsubscribe.clear()
+                    self._prune()
+                    wanted = set(self._owners)
+                    fresh, self._fresh = self._fresh, []
+                live = set(subscribed)  # a new owner on one of these is re-read now
                 if wanted - subscribed:
                     self._pubsub.subscribe(*(wanted - subscribed))
-                    subscribed |= wanted
-                if gone:
-                    self._pubsub.unsubscribe(*gone)
-                    subscribed -= gone
+                if subscribed - wanted:
+                    self._pubsub.unsubscribe(*(subscribed - wanted))
+                subscribed = wanted
+                self._reread(fresh, live)
                 if not subscribed:
                     self._stop.wait(_POLL_SECONDS)
                     continue
@@ -113,14 +192,23 @@ class Listener:
                 self._stop.wait(_BACKOFF_SECONDS)
         self._drop()
 
+    # The next two hold the owners they wake only while they run: a reference left in the
+    # loop's frame would keep a dropped owner alive, and watched, until it was overwritten.
+
+    @staticmethod
+    def _reread(fresh: list[tuple[str, _Owner]], live: set[str]) -> None:
+        """Re-read each new owner whose channel was subscribed before it was watched."""
+        for channel, ref in fresh:
+            run = ref() if channel in live else None
+            if run is not None:
+                run.refresh_from_listener()
+
     def _refresh(self, channel: str) -> None:
         with self._lock:
-            ref = self._runs.get(channel)
-        run = None if ref is None else ref()
-        if run is None:
-            self.forget(channel)
-            return
-        run.refresh_from_listener()
+            owners = [ref() for ref in self._owners.get(channel, ())]
+        for run in owners:
+            if run is not None:
+                run.refresh_from_listener()
 
     def _drop(self) -> None:
         pubsub, self._pubsub = self._pubsub, None

@@ -118,8 +118,17 @@ class RedisRun:
     # -- reading ------------------------------------------------------------------------------
 
     @property
+    def run_id(self) -> str:
+        return self._keys.run_id
+
+    @property
     def limits(self) -> BudgetLimits:
         return self._limits
+
+    @property
+    def ending_delivered(self) -> bool:
+        """This process has learned of the run's ending and run its callbacks."""
+        return self._delivered.is_set()
 
     @property
     def state(self) -> RunState:
@@ -169,13 +178,14 @@ class RedisRun:
         self._learn(self._read())
 
     def refresh_from_listener(self) -> None:
-        """The listener's :meth:`refresh`: never raises; forgets the run once delivered."""
+        """The listener's :meth:`refresh`: never raises. A run gone from the store is not
+        watched any more: nothing will be published on its channel."""
         try:
             self.refresh()
-        except (RunStoreUnavailable, UnknownRun):
+        except RunStoreUnavailable:
             return  # the listener re-reads on its next connection; the operations read anyway
-        if self._delivered.is_set():
-            self._store.forget(self._keys.channel)
+        except UnknownRun:
+            self._store.forget(self._keys.channel, self)
 
     # -- the gate and the reservations ----------------------------------------------------------
 
@@ -290,14 +300,21 @@ class RedisRun:
     # -- what an answer says --------------------------------------------------------------------
 
     def _learn(self, answer: list[Any]) -> list[Any]:
-        """Take in the state ``answer`` carries: an ending runs this process's callbacks."""
-        if len(answer) > 1 and self._termination is None and _text(answer[1]) != _RUNNING:
+        """Take in the state ``answer`` carries: an ending runs this process's callbacks.
+
+        Only an answer that shows the ending delivers it, with the reason it carries: an answer
+        read before the ending (the listener's, say) may arrive after another thread took the
+        ending in, and carries no reason; that thread delivers.
+        """
+        if len(answer) < 2 or _text(answer[1]) == _RUNNING:
+            return answer
+        if self._termination is None:
             at_ns = int(answer[3]) - self._offset
             termination = RunTermination(RunState(_text(answer[1])), _text(answer[2]), at_ns)
             with self._lock:
                 if self._termination is None:
                     self._termination = termination
-        if self._termination is not None and not self._delivered.is_set():
+        if not self._delivered.is_set():
             self._deliver(CancellationReason(_text(answer[4])), ended_now=False)
         if _text(answer[0]) == "ended_now":
             self._await_delivery()
@@ -313,6 +330,7 @@ class RedisRun:
                 self._signal.deliver(pending, reason)
             finally:
                 self._delivered.set()
+                self._store.forget(self._keys.channel, self)  # the listener has no more to do
         elif ended_now:
             self._await_delivery()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -66,6 +67,25 @@ def _limits_of(text: str) -> BudgetLimits:
     return BudgetLimits(**values)
 
 
+def _limits_differ(stored: BudgetLimits, given: BudgetLimits) -> str:
+    """What differs, as ``stored with a=1, b=2; given a=3, b=4``: only the fields that differ."""
+    names = [
+        d.value for d in BudgetDimension if getattr(stored, d.value) != getattr(given, d.value)
+    ]
+    if stored.per_tool_overrides != given.per_tool_overrides:
+        names.append("per_tool_overrides")
+
+    def listed(limits: BudgetLimits) -> str:
+        return ", ".join(
+            f"{name}={dict(limits.per_tool_overrides)}"
+            if name == "per_tool_overrides"
+            else f"{name}={getattr(limits, name)}"
+            for name in names
+        )
+
+    return f"stored with {listed(stored)}; given {listed(given)}"
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -78,10 +98,11 @@ class RedisRunStore:
     default is 5 s): a store that does not answer in time is an error, never a hang.
     ``namespace`` is a safe key segment (``[A-Za-z0-9_.-]``, 1 to 128 characters); a run's keys
     expire ``expire_after`` seconds (default a day) after the run ends. Thread-safe; one store
-    per client is enough for every run of a process. :meth:`close` stops its listener thread.
+    per client is enough for every run of a process. :meth:`close` stops its listener thread,
+    as does the store's collection once neither it nor an owner of its runs is held.
     """
 
-    __slots__ = ("_expire_after_ms", "_listener", "client", "namespace")
+    __slots__ = ("__weakref__", "_expire_after_ms", "_listener", "client", "namespace")
 
     def __init__(
         self, client: redis.Redis, *, namespace: str, expire_after: float = 86_400.0
@@ -114,6 +135,9 @@ class RedisRunStore:
         except redis.RedisError as error:
             raise self.unavailable("FUNCTION LOAD", error) from error
         self._listener = Listener(client)
+        # The thread holds the listener, not the store: a store nobody holds (its owners hold
+        # it) stops its thread, also when nobody called close().
+        weakref.finalize(self, self._listener.stop)
 
     # -- what RunContext calls ----------------------------------------------------------------
 
@@ -154,7 +178,8 @@ class RedisRunStore:
         answer = self._call("create", keys, ["", "", 0, *fields], f"create of run {run_id!r}")
         if _text(answer[0]) == "exists":
             raise RunStoreConflict(repr(self), f"run {run_id!r} exists already in the store")
-        return self._owner(
+        run = RedisRun(
+            store=self,
             keys=keys,
             limits=limits,
             deadline_ns=deadline_ns,
@@ -162,16 +187,24 @@ class RedisRunStore:
             clock=clock,
             on_callback_error=on_callback_error,
         )
+        # No read here, which could fail after the run was published: the listener reads the
+        # run once the subscription is live, which finds an ending another process recorded.
+        self._listener.watch(keys.channel, run)
+        return run
 
     def attach_run(
         self,
         *,
         session_id: str,
         run_id: str,
+        limits: BudgetLimits | None,
         clock: Clock,
         on_callback_error: CallbackErrorHandler,
     ) -> RedisRun:
-        """The owner of a stored run; :class:`UnknownRun` or :class:`RunStoreConflict` else."""
+        """The owner of a stored run; :class:`UnknownRun` or :class:`RunStoreConflict` else.
+
+        A refusal registers nothing with the listener and writes nothing; an owner of a run that
+        has ended already is never watched (it has nothing more to learn)."""
         keys = RunKeys.of(self.namespace, run_id)
         try:
             stored = self.client.hmget(keys.run, ("session_id", "limits", "origin_ns", "deadline"))
@@ -185,18 +218,31 @@ class RedisRunStore:
                 repr(self),
                 f"run {run_id!r} belongs to session {_text(session)!r}, not {session_id!r}",
             )
+        stored_limits = _limits_of(_text(limits_text))
+        if limits is not None and limits != stored_limits:
+            raise RunStoreConflict(
+                repr(self),
+                "limits must be None or equal the run's stored limits; "
+                f"run {run_id!r} is {_limits_differ(stored_limits, limits)}",
+            )
         before = clock.monotonic_ns()
         server_ns = self._server_time_ns()
         after = clock.monotonic_ns()
         offset = server_ns - int(origin) - (before + after) // 2
-        return self._owner(
+        run = RedisRun(
+            store=self,
             keys=keys,
-            limits=_limits_of(_text(limits_text)),
+            limits=stored_limits,
             deadline_ns=int(deadline) - offset,
             offset=offset,
             clock=clock,
             on_callback_error=on_callback_error,
         )
+        run.refresh()  # an ending read here is delivered now; a callback registered later runs
+        # inside register(), and the owner has nothing left to learn from the listener
+        if not run.ending_delivered:
+            self._listener.watch(keys.channel, run)  # it re-reads once the subscription is live
+        return run
 
     # -- the run's capacity counter -----------------------------------------------------------
 
@@ -219,36 +265,20 @@ class RedisRunStore:
             "or lost when a server without persistence restarted)",
         )
 
-    def forget(self, channel: str) -> None:
-        self._listener.forget(channel)
+    def forget(self, channel: str, run: RedisRun) -> None:
+        """The listener stops watching ``run`` (it learned of the ending, or the run is gone)."""
+        self._listener.forget(channel, run)
+
+    @property
+    def watched_runs(self) -> frozenset[str]:
+        """The IDs of the runs this store's listener watches now: those with an owner in this
+        process that is still held and has not learned of the run's ending. Empty once closed."""
+        return self._listener.watched
 
     def close(self) -> None:
         """Stop the listener thread; the runs stay in Redis and their owners keep working, but
         callbacks run only when an owner reads an ending."""
         self._listener.close()
-
-    def _owner(
-        self,
-        *,
-        keys: RunKeys,
-        limits: BudgetLimits,
-        deadline_ns: int,
-        offset: int,
-        clock: Clock,
-        on_callback_error: CallbackErrorHandler,
-    ) -> RedisRun:
-        run = RedisRun(
-            store=self,
-            keys=keys,
-            limits=limits,
-            deadline_ns=deadline_ns,
-            offset=offset,
-            clock=clock,
-            on_callback_error=on_callback_error,
-        )
-        self._listener.watch(keys.channel, run)
-        run.refresh()  # attached after the ending: the callbacks are due at once
-        return run
 
     def _server_time_ns(self) -> int:
         try:
