@@ -771,3 +771,31 @@ def test_every_attempt_of_a_fallback_chain_is_a_model_call(loopback: LoopbackSer
     assert ctx.budget.snapshot().input_tokens == 30
     assert ctx.lifecycle.state is RunState.SUCCESS
     _bounded(client.close())
+
+
+def test_a_streamed_answer_with_an_unsafe_tool_call_id_runs_none_of_its_tools(
+    loopback: LoopbackServer,
+) -> None:
+    loopback.script(
+        Reply(
+            text="",
+            tool_calls=(
+                ToolCall("logs", {"q": "a"}, id="call_a"),
+                ToolCall("logs", {"q": "b"}, id="call:b"),
+            ),
+        )
+    )
+    ctx = _run()
+    ran: list[str] = []
+    agent, client = _streaming_openai_agent(loopback, ran)
+
+    async def stream() -> str:
+        async with agent.run_stream("why?", capabilities=[HarnessCapability(ctx)]) as result:
+            return await result.get_output()
+
+    with pytest.raises(UnsafeKeySegment, match="tool_call_id holds the unsafe character ':'"):
+        _bounded(stream())
+    assert ran == []
+    assert ctx.budget.snapshot().tool_calls == 0
+    assert ctx.lifecycle.state is RunState.FAILED
+    _bounded(client.close())

@@ -244,6 +244,7 @@ class HarnessCapability(AbstractCapability[Any]):
             raise SkipToolExecution(f"refused by the diagnosis run: {refused}") from refused
 
 
+@final
 class _GovernedModel(WrapperModel):
     """The model serving one attempt of a governed run's model request.
 
