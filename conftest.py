@@ -17,8 +17,8 @@ load_profile()
 
 # The bundled suite's schedule check enumerates every schedule of the races (as
 # tests/modelcheck/test_scheduled_races.py does), which does not depend on the Python version, so
-# the py3* envs leave it out. In CI it runs in every run of the suite by tox -e e2e (three, and one
-# from the wheel); tox -e coverage runs the same checks in-process through test_scheduled_races.
+# the py3* envs leave it out. In CI it runs in every run of the suite by tox -e e2e, which also runs
+# the same checks in-process through test_scheduled_races (and so deselects this module).
 # The marker is this repository's, so it is added here rather than in the shipped suite, whose own
 # configuration (suite.ini) does not know it.
 _ONCE_IN_THE_SUITE = frozenset({"diagnosis_harness.conformance.suite.model_checks.test_schedules"})

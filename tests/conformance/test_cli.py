@@ -4,8 +4,8 @@ Each invocation runs as a subprocess (``python -m diagnosis_harness``, a fresh i
 scratch directory. A bad invocation must stop before the suite runs, which is shown by its
 effects, not by its speed: pytest printed nothing (a run prints its dots and "N passed" on
 stdout), no report directory was made, and the scratch directory holds only what the test put
-there (a run used to leave ``.hypothesis/`` behind). The runs of the whole suite are
-``end_to_end`` and ``version_independent``, as in ``test_report_suite.py``.
+there (a run used to leave ``.hypothesis/`` behind). The runs of the whole suite, and of the
+model checks, are ``end_to_end`` and ``version_independent``, as in ``test_report_suite.py``.
 """
 
 from __future__ import annotations
@@ -336,6 +336,8 @@ def test_help_and_version_into_a_closed_pipe_end_quietly(scratch: Path, args: li
     assert done.returncode in (0, CLOSED_PIPE_STATUS)
 
 
+@pytest.mark.version_independent
+@pytest.mark.end_to_end
 def test_model_check_into_a_closed_pipe_ends_quietly(scratch: Path) -> None:
     args = ["model-check", "--depth", "1", "--max-examples", "1", "--steps", "1"]
     _quiet(_into_a_closed_pipe(scratch, *args), progress="model-check: ")

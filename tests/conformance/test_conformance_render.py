@@ -554,7 +554,7 @@ def test_write_reports(report: ConformanceReport, tmp_path: Path) -> None:
 
 
 # The browser renders the page the tests above check as text: the Python version changes nothing
-# it sees, so CI runs this once (tox -e coverage), not in every py3* env.
+# it sees, so CI runs this once (tox -e e2e), not in every py3* env.
 @pytest.mark.version_independent
 @pytest.mark.skipif(
     CHROMIUM is None,

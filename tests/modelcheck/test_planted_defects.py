@@ -30,7 +30,7 @@ from diagnosis_harness.modelcheck._stateful import BudgetMachine, check_machine
 from diagnosis_harness.testing import ManualClock
 
 # These check the checkers (each planted bug is found and shrunk by its machine and the explorer),
-# which does not depend on the Python version: CI runs them once (tox -e coverage). The machines
+# which does not depend on the Python version: CI runs them once (tox -e e2e). The machines
 # themselves run against the real runtime on every version (test_stateful_machines.py).
 pytestmark = pytest.mark.version_independent
 

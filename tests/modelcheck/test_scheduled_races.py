@@ -44,7 +44,7 @@ BYTE_LIMIT = pytest.mark.spec(PRIMITIVES, "Run byte limit would be exceeded")
 
 # Every schedule of every race is enumerated by the deterministic scheduler, which decides the
 # interleaving itself: the outcome does not depend on the Python version, so CI runs these once
-# (tox -e coverage). test_scheduler.py, which checks the scheduler itself, runs on every version.
+# (tox -e e2e). test_scheduler.py, which checks the scheduler itself, runs on every version.
 pytestmark = [pytest.mark.model_check, pytest.mark.version_independent]
 
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from diagnosis_harness.modelcheck._spin import ModelResult
 
 # Spin verifies Promela models generated from the tables: nothing here depends on the Python
-# version, so CI runs the module once (tox -e coverage), not in every py3* env.
+# version, so CI runs the module once (tox -e e2e), not in every py3* env.
 pytestmark = pytest.mark.version_independent
 
 RACERS = PROFILES["ci"]

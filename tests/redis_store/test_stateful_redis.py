@@ -74,7 +74,7 @@ class FreshRuns:
 
 
 @pytest.mark.model_check
-@pytest.mark.version_independent  # the scripts decide; CI runs it once, in `coverage`
+@pytest.mark.version_independent  # the scripts decide; CI runs it once, in `e2e`
 @pytest.mark.parametrize("machine", MACHINES, ids=lambda machine: machine.__name__)
 def test_the_in_memory_machines_hold_on_the_redis_store(
     store: RedisRunStore, machine: type[_ProbeMachine]
