@@ -631,15 +631,25 @@ def test_the_provider_sees_exactly_the_model_calls_the_run_reserved(
 # -- streamed runs: run_stream and iter ----------------------------------------------------------
 
 
+def _loopback_client(loopback: LoopbackServer) -> openai.AsyncOpenAI:
+    """An ``openai`` client for the loopback provider, built as the guide says: no SDK retries."""
+    config = ModelClientConfig(max_attempts=1, timeout_seconds=10.0, base_url=loopback.openai_url)
+    return async_openai_client(config, api_key="test")
+
+
 def _streaming_openai_agent(
     loopback: LoopbackServer, ran: list[str]
 ) -> tuple[Agent[None, str], openai.AsyncOpenAI]:
-    config = ModelClientConfig(max_attempts=1, timeout_seconds=10.0, base_url=loopback.openai_url)
-    client = async_openai_client(config, api_key="test")
+    client = _loopback_client(loopback)
     agent = _logs_agent(
         OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=client)), ran
     )
     return agent, client
+
+
+async def _streamed_output(agent: Agent[None, str], ctx: RunContext) -> str:
+    async with agent.run_stream("why?", capabilities=[HarnessCapability(ctx)]) as result:
+        return await result.get_output()
 
 
 def _tool_then_answer(loopback: LoopbackServer) -> tuple[Reply, Reply]:
@@ -662,11 +672,7 @@ def test_a_streamed_run_reserves_every_request_and_records_the_usage_each_stream
     ran: list[str] = []
     agent, client = _streaming_openai_agent(loopback, ran)
 
-    async def stream() -> str:
-        async with agent.run_stream("why?", capabilities=[HarnessCapability(ctx)]) as result:
-            return await result.get_output()
-
-    assert _bounded(stream()) == "roll back checkout v42"
+    assert _bounded(_streamed_output(agent, ctx)) == "roll back checkout v42"
     snapshot = ctx.budget.snapshot()
     assert [seen.streamed for seen in loopback.requests] == [True, True]
     assert snapshot.model_calls == loopback.count == 2
@@ -710,12 +716,8 @@ def test_the_model_call_limit_refuses_a_streamed_request_before_it_is_sent(
     ran: list[str] = []
     agent, client = _streaming_openai_agent(loopback, ran)
 
-    async def stream() -> str:
-        async with agent.run_stream("why?", capabilities=[HarnessCapability(ctx)]) as result:
-            return await result.get_output()
-
     with pytest.raises(BudgetExhausted) as ended:
-        _bounded(stream())
+        _bounded(_streamed_output(agent, ctx))
     assert ended.value.dimension is BudgetDimension.MODEL_CALLS
     assert loopback.count == ctx.budget.snapshot().model_calls == 1
     assert ran == ["checkout"]
@@ -758,8 +760,7 @@ def test_every_attempt_of_a_fallback_chain_is_a_model_call(loopback: LoopbackSer
     one model request step: each model that is sent the request reserves its own Model call."""
     loopback.script(Reply(status=500), Reply(text="diagnosed", input_tokens=30, output_tokens=4))
     ctx = _run()
-    config = ModelClientConfig(max_attempts=1, timeout_seconds=10.0, base_url=loopback.openai_url)
-    client = async_openai_client(config, api_key="test")
+    client = _loopback_client(loopback)
     provider = OpenAIProvider(openai_client=client)
     agent: Agent[None, str] = Agent(
         OpenAIChatModel("gpt-4o-mini", provider=provider),
@@ -789,12 +790,8 @@ def test_a_streamed_answer_with_an_unsafe_tool_call_id_runs_none_of_its_tools(
     ran: list[str] = []
     agent, client = _streaming_openai_agent(loopback, ran)
 
-    async def stream() -> str:
-        async with agent.run_stream("why?", capabilities=[HarnessCapability(ctx)]) as result:
-            return await result.get_output()
-
     with pytest.raises(UnsafeKeySegment, match="tool_call_id holds the unsafe character ':'"):
-        _bounded(stream())
+        _bounded(_streamed_output(agent, ctx))
     assert ran == []
     assert ctx.budget.snapshot().tool_calls == 0
     assert ctx.lifecycle.state is RunState.FAILED

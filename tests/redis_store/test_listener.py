@@ -16,6 +16,7 @@ listener read everything that arrived before.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import threading
 import uuid
@@ -112,16 +113,7 @@ def _deliver_a_marker(listening: RedisRunStore, canceller: RedisRunStore, run_id
     assert delivered.wait(_WAIT_SECONDS), "the listener never delivered the marker's ending"
 
 
-OTHER_LIMITS = BudgetLimits(
-    model_calls=4,
-    tool_calls=4,
-    per_tool_calls=2,
-    input_tokens=50,
-    output_tokens=50,
-    total_tokens=80,
-    run_bytes=64,
-    per_tool_overrides={"fetch": 2},
-)
+OTHER_LIMITS = dataclasses.replace(LIMITS, model_calls=4, per_tool_overrides={"fetch": 2})
 
 
 def test_a_refused_limits_check_names_the_argument_and_what_differs(
@@ -186,15 +178,7 @@ def test_a_refused_create_leaves_nothing_behind(store: RedisRunStore, namespace:
     before = (store.watched_runs, _stored(store.client, namespace))
     with pytest.raises(RunStoreConflict, match="exists already"):
         _create(store)
-    huge = BudgetLimits(
-        model_calls=2**53,
-        tool_calls=1,
-        per_tool_calls=1,
-        input_tokens=1,
-        output_tokens=1,
-        total_tokens=1,
-        run_bytes=1,
-    )
+    huge = dataclasses.replace(LIMITS, model_calls=2**53)
     with pytest.raises(ValueError, match="model_calls must be below 2"):
         RunContext.create(
             session_id="session-1", run_id="run-2", limits=huge, timeout=600, store=store

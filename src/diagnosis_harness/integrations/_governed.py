@@ -27,7 +27,7 @@ import math
 import queue
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypedDict, TypeVar, cast, final
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, final
 
 from .._boundary import Boundary
 from .._context import RunContext
@@ -186,14 +186,6 @@ class Governance:
         )
 
 
-class _ChatSpan(TypedDict):
-    """What each ``chat`` span of one call says besides its usage (see ``HarnessTracing``)."""
-
-    provider: str
-    model: str
-    classify: Callable[[Exception], object]
-
-
 @final
 @dataclass(frozen=True, slots=True)
 class GovernedCall:
@@ -239,7 +231,13 @@ class GovernedCall:
         """``attempt`` under the executor and the policy; in a ``chat`` span each, when tracing."""
         gov = self.gov
         if gov.tracing is not None:
-            attempt = gov.tracing.chat_attempts(attempt, usage_of=usage_of, **self._span())
+            attempt = gov.tracing.chat_attempts(
+                attempt,
+                provider=gov.provider,
+                model=str(self.model),
+                classify=gov.executor.classify,
+                usage_of=usage_of,
+            )
         return gov.executor.execute(gov.policy, attempt)
 
     async def run_async(
@@ -250,14 +248,14 @@ class GovernedCall:
         """:meth:`run` for an async attempt."""
         gov = self.gov
         if gov.tracing is not None:
-            attempt = gov.tracing.chat_attempts_async(attempt, usage_of=usage_of, **self._span())
+            attempt = gov.tracing.chat_attempts_async(
+                attempt,
+                provider=gov.provider,
+                model=str(self.model),
+                classify=gov.executor.classify,
+                usage_of=usage_of,
+            )
         return await gov.executor.execute_async(gov.policy, attempt)
-
-    def _span(self) -> _ChatSpan:
-        gov = self.gov
-        return _ChatSpan(
-            provider=gov.provider, model=str(self.model), classify=gov.executor.classify
-        )
 
 
 # -- sync: a worker thread and a relay the run's cancellation wakes -----------------------------

@@ -55,11 +55,16 @@ class RunKeys:
         return cls(run_id=run_id, run=keys[0], channel=f"{base}:ended", all=keys)
 
 
-def _limits_json(limits: BudgetLimits) -> str:
-    """The limits as the store keeps them: canonical JSON, so equal limits are equal strings."""
+def _limits_values(limits: BudgetLimits) -> dict[str, object]:
+    """Every field of the limits by name, the overrides as a plain dict sorted by tool."""
     values: dict[str, object] = {d.value: getattr(limits, d.value) for d in BudgetDimension}
     values["per_tool_overrides"] = dict(sorted(limits.per_tool_overrides.items()))
-    return json.dumps(values, sort_keys=True, separators=(",", ":"))
+    return values
+
+
+def _limits_json(limits: BudgetLimits) -> str:
+    """The limits as the store keeps them: canonical JSON, so equal limits are equal strings."""
+    return json.dumps(_limits_values(limits), sort_keys=True, separators=(",", ":"))
 
 
 def _limits_of(text: str) -> BudgetLimits:
@@ -69,21 +74,13 @@ def _limits_of(text: str) -> BudgetLimits:
 
 def _limits_differ(stored: BudgetLimits, given: BudgetLimits) -> str:
     """What differs, as ``stored with a=1, b=2; given a=3, b=4``: only the fields that differ."""
-    names = [
-        d.value for d in BudgetDimension if getattr(stored, d.value) != getattr(given, d.value)
-    ]
-    if stored.per_tool_overrides != given.per_tool_overrides:
-        names.append("per_tool_overrides")
+    was, now = _limits_values(stored), _limits_values(given)
+    names = [name for name in was if was[name] != now[name]]
 
-    def listed(limits: BudgetLimits) -> str:
-        return ", ".join(
-            f"{name}={dict(limits.per_tool_overrides)}"
-            if name == "per_tool_overrides"
-            else f"{name}={getattr(limits, name)}"
-            for name in names
-        )
+    def listed(values: dict[str, object]) -> str:
+        return ", ".join(f"{name}={values[name]}" for name in names)
 
-    return f"stored with {listed(stored)}; given {listed(given)}"
+    return f"stored with {listed(was)}; given {listed(now)}"
 
 
 def _text(value: bytes | str) -> str:
