@@ -38,6 +38,7 @@ from diagnosis_harness.modelcheck._races import (
 from diagnosis_harness.modelcheck._scheduler import InvariantViolation, SchedLock, Scheduler
 from diagnosis_harness.modelcheck._schedules import explore_schedules as explore
 from diagnosis_harness.modelcheck._schedules import search_schedules as search
+from diagnosis_harness.modelcheck._spec_scenarios import CAPACITY as CAPACITY_SCENARIO
 from diagnosis_harness.modelcheck._spec_scenarios import TOKENS_EXCEED
 
 if TYPE_CHECKING:
@@ -425,6 +426,49 @@ def test_a_failing_schedule_is_charged_to_its_race_scenario_only() -> None:
     assert at.runtime is not None
     assert "claim the win" in at.runtime
     assert all(": " in step.action for step in counterexample.steps[:-1])  # "actor: site"
+
+
+def _powerless_race() -> Scenario:
+    """Two actors that each take the lock and touch only their own counter: nothing to race, so
+    even without the lock no schedule breaks the invariant."""
+
+    def build(
+        scheduler: Scheduler, lock: SchedLock
+    ) -> tuple[list[Callable[[], object]], Callable[[], str]]:
+        counts = [0, 0]
+
+        def actor(index: int) -> Callable[[], None]:
+            def act() -> None:
+                with lock:
+                    counts[index] += 1
+
+            return act
+
+        def check() -> str:
+            if counts != [1, 1]:
+                raise InvariantViolation(f"counts {counts}")
+            return "ok"
+
+        return [actor(0), actor(1)], check
+
+    return Scenario("powerless", *CAPACITY_SCENARIO, ("a", "b"), build)
+
+
+def test_a_race_check_whose_unlocked_variant_never_breaks_fails() -> None:
+    """Schedules that never break the unlocked variant do not reach the race: however clean the
+    locked run, the check fails, charged to its scenario, and says why."""
+    powerless = _powerless_race()
+    assert _assert_clean(powerless) == {"ok"}
+    result = run_checks("ci", checks=[RaceCheck(powerless)])
+    assert not result.passed
+    assert result.details == ("FAILED: powerless",)
+    assert dict(result.figures)["races_found_in_unlocked_variants"] == 0
+    [charged] = result.scenarios
+    assert charged.scenario == CAPACITY_SCENARIO
+    assert not charged.passed
+    assert charged.counterexample is not None
+    assert charged.counterexample.message.startswith("powerless: without the lock no schedule")
+    assert "do not reach the race" in charged.counterexample.message
 
 
 def _replay_arguments(replay: str) -> list[tuple[str, list[int]]]:
