@@ -8,8 +8,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from diagnosis_harness import Boundary, BudgetLimits, CancellationReason, FailureKind, RunState
-from diagnosis_harness._endings import RunTermination
+from diagnosis_harness import (
+    Boundary,
+    BudgetLimits,
+    CancellationReason,
+    FailureKind,
+    RunState,
+    RunTermination,
+)
 from diagnosis_harness._generated.tables import LifecycleEvent, RetryState
 from diagnosis_harness._run import LocalRun
 from diagnosis_harness.conformance.suite._support import BUDGETS, DEADLINE, RETRY, TERMINAL
