@@ -14,10 +14,13 @@ from diagnosis_harness import (
     BudgetDimension,
     BudgetExhausted,
     BudgetLimits,
+    BudgetState,
     BudgetUsage,
     CancellationReason,
+    ManualClock,
     RunState,
     RunTerminated,
+    RunTimedOut,
 )
 from strategies import limits, new_run, state
 
@@ -156,6 +159,20 @@ def test_an_override_can_raise_a_tool_above_the_default() -> None:
     assert ctx.budget.snapshot().per_tool_calls["grep"] == 4
 
 
+def test_an_override_belongs_to_its_tool_name_exactly_as_written() -> None:
+    """Tool names are case-sensitive: the override of ``WebSearch`` limits ``WebSearch`` alone,
+    and ``websearch`` is another Tool, under the default limit."""
+    ctx = new_run(budget=limits(per_tool_calls=3, per_tool_overrides={"WebSearch": 1}))
+    ctx.reserve_tool_call("WebSearch")
+    for _ in range(3):
+        ctx.reserve_tool_call("websearch")
+    with pytest.raises(BudgetExhausted) as caught:
+        ctx.reserve_tool_call("WebSearch")
+    _assert_exhausted_by(ctx, caught.value, BudgetDimension.PER_TOOL_CALLS, 1)
+    assert "'WebSearch'" in caught.value.termination.reason
+    assert dict(ctx.budget.snapshot().per_tool_calls) == {"WebSearch": 1, "websearch": 3}
+
+
 def test_bytes_up_to_the_limit_then_exhausted() -> None:
     ctx = new_run(budget=limits(run_bytes=100))
     ctx.reserve_bytes(60)
@@ -196,6 +213,71 @@ def test_after_exhaustion_all_controlled_work_is_rejected() -> None:
         assert later.value.termination is first.value.termination
         assert later.value.dimension is BudgetDimension.MODEL_CALLS
     assert ctx.budget.snapshot() == before
+
+
+RESERVATIONS: dict[str, Callable[[RunContext], None]] = {
+    "model": lambda ctx: ctx.reserve_model_call(),
+    "tool": lambda ctx: ctx.reserve_tool_call("t"),
+    "bytes": lambda ctx: ctx.reserve_bytes(1),
+}
+
+
+@pytest.mark.parametrize("used_up", [False, True], ids=["within-limit", "limit-reached"])
+@pytest.mark.parametrize("past_ns", [0, 1], ids=["at-deadline", "past-deadline"])
+@pytest.mark.parametrize("kind", sorted(RESERVATIONS))
+def test_a_reservation_refused_at_the_deadline_times_the_run_out(
+    kind: str, past_ns: int, used_up: bool
+) -> None:
+    """From the deadline's own nanosecond on, a reservation is refused because the run is out of
+    time -- even when its limit is reached too: the run is TIMED_OUT, the budget not exhausted."""
+    clock = ManualClock()
+    ctx = new_run(budget=limits(model_calls=1, tool_calls=1, run_bytes=1), clock=clock)
+    reserve = RESERVATIONS[kind]
+    if used_up:
+        reserve(ctx)  # the one reservation the limit allows
+    before = ctx.budget.snapshot()
+    clock.advance_ns(ctx.deadline.instant_ns - clock.monotonic_ns() + past_ns)
+    with pytest.raises(RunTimedOut) as caught:
+        reserve(ctx)
+    termination = ctx.lifecycle.termination
+    assert termination is not None
+    assert caught.value.termination is termination
+    assert (termination.state, termination.at_ns) == (
+        RunState.TIMED_OUT,
+        ctx.deadline.instant_ns + past_ns,
+    )
+    assert ctx.cancellation.reason is CancellationReason.DEADLINE_EXCEEDED
+    assert ctx.budget.state is BudgetState.ACTIVE
+    assert ctx.budget.snapshot() == before  # nothing reserved, nothing called exhausted
+
+
+def test_the_first_limit_reached_stays_the_exhausted_one() -> None:
+    """Usage past other limits, reported after the budget was exhausted, is recorded but does
+    not rename the limit that exhausted it, nor the run's ending."""
+    ctx = new_run(budget=limits(model_calls=1, input_tokens=10, output_tokens=10))
+    ctx.reserve_model_call()
+    with pytest.raises(BudgetExhausted):
+        ctx.reserve_model_call()
+    termination = ctx.lifecycle.termination
+    ctx.record_token_usage(input_tokens=11, output_tokens=0)
+    ctx.record_token_usage(input_tokens=0, output_tokens=11)
+    usage = ctx.budget.snapshot()
+    assert (usage.input_tokens, usage.output_tokens) == (11, 11)
+    assert usage.exhausted is BudgetDimension.MODEL_CALLS
+    assert ctx.budget.exhausted is BudgetDimension.MODEL_CALLS
+    assert ctx.lifecycle.termination is termination
+    with pytest.raises(BudgetExhausted) as later:
+        ctx.reserve_tool_call("t")
+    assert later.value.dimension is BudgetDimension.MODEL_CALLS
+
+
+def test_after_a_cancel_the_first_token_limit_passed_is_the_exhausted_one() -> None:
+    ctx = new_run(budget=limits(input_tokens=10, output_tokens=10))
+    ctx.cancellation.cancel(CancellationReason.USER_REQUESTED)
+    ctx.record_token_usage(input_tokens=0, output_tokens=11)  # exhausts: output_tokens
+    ctx.record_token_usage(input_tokens=11, output_tokens=0)  # input_tokens, checked first, later
+    assert ctx.budget.snapshot().exhausted is BudgetDimension.OUTPUT_TOKENS
+    assert state(ctx) is RunState.CANCELLED
 
 
 # The spec's scenarios are shown in src/diagnosis_harness/conformance/suite/test_budgets.py.

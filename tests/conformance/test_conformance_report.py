@@ -81,6 +81,35 @@ def test_fold_outcomes(outcomes: list[TestOutcome], expected: str) -> None:
     assert fold_outcomes(outcomes) == expected
 
 
+RETRY_SCENARIOS = (
+    "Router transport failure succeeds on retry",
+    "Tool call fails",
+    "Run is cancelled between attempts",
+)
+
+
+@pytest.mark.parametrize("failed", RETRY_SCENARIOS)
+@pytest.mark.parametrize(
+    "others", [None, "skipped", "passed"], ids=["uncovered", "skipped", "passed"]
+)
+def test_a_requirement_with_a_failed_scenario_failed(
+    parsed: ParsedSpec, failed: str, others: TestOutcome | None
+) -> None:
+    """A requirement's outcome is its worst scenario's, failed worst of all: a failed scenario
+    beside uncovered (or skipped, or passed) ones, before or after them, fails the requirement."""
+    results = [result(RETRY_REQUIREMENT, failed, "failed")]
+    if others is not None:
+        results += [result(RETRY_REQUIREMENT, n, others) for n in RETRY_SCENARIOS if n != failed]
+    report = build_report(parsed, results)
+    [retry] = [r for r in report.requirements if r.requirement.name == RETRY_REQUIREMENT]
+    assert {s.scenario.name: s.outcome for s in retry.scenarios} == {
+        name: "failed" if name == failed else others or "uncovered" for name in RETRY_SCENARIOS
+    }
+    assert retry.outcome == "failed"
+    assert report.summary.requirements_by_outcome["failed"] == 1
+    assert report.failed
+
+
 def test_outcomes_per_scenario_and_per_kind(parsed: ParsedSpec) -> None:
     results = [
         result(RUN_CONTEXT, "Context crosses an asynchronous boundary"),

@@ -368,6 +368,31 @@ def test_a_stall_past_the_deadline_is_cut_by_the_request_timeout(
     assert ctx.budget.snapshot().model_calls == 1
 
 
+@flavours
+@pytest.mark.parametrize("streamed", [False, True], ids=["json", "stream"])
+def test_a_failure_after_the_deadline_passed_raises_the_runs_ending(
+    loopback: LoopbackServer, flavour: Flavour, streamed: bool
+) -> None:
+    """The provider answers 500, but by then the run's clock has passed the deadline (the hook
+    advances it as the request arrives): the call raises ``RunTimedOut``, not the SDK's error --
+    under a policy of one attempt, so no retry's gate decides it instead."""
+    clock = ManualClock()
+    ctx = _run(clock)
+    executor = HarnessRetryExecutor(ctx, classifier=classify_sdk)
+
+    def the_deadline_passes(_seen: SeenRequest) -> None:
+        clock.advance(60)
+
+    loopback.on_request = the_deadline_passes
+    loopback.script(Reply(status=500))
+    ask = flavour.ask_stream if streamed else flavour.ask
+    with pytest.raises(RunTimedOut):
+        ask(loopback, ctx, policy="diagnosis_agent", executor=executor)
+    assert ctx.lifecycle.state is RunState.TIMED_OUT
+    assert loopback.count == 1
+    assert ctx.budget.snapshot().model_calls == 1
+
+
 def _cancel_when_stalled(server: LoopbackServer, ctx: RunContext) -> threading.Thread:
     def cancel() -> None:
         server.wait_for_stalled(1)

@@ -205,6 +205,39 @@ def test_a_tool_call_span_carries_the_call_id_never_its_key(
     assert not any(key in value for value in _attribute_values(spans))
 
 
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_a_retried_tool_call_span_counts_its_attempts(
+    tracer: Tracer, exporter: InMemorySpanExporter, use_async: bool
+) -> None:
+    """One ``execute_tool`` span per Tool call, whose attempt number is the attempts the executor
+    made: a timeout then a success is attempt 2 -- for an async Tool as for a sync one."""
+    ctx = _run()
+    calls: list[int] = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise HarnessFailure(FailureKind.TIMEOUT, "slow backend")
+        return "disk full"
+
+    async def flaky_async() -> str:
+        await asyncio.sleep(0)
+        return flaky()
+
+    with HarnessTracing(tracer).run(ctx, "diagnosis") as tracing:
+        tools = GovernedTools(ctx, policy="flaky_tool", tracing=tracing)
+        if use_async:
+            answer = asyncio.run(tools.call_async("logs", "call-7", flaky_async))
+        else:
+            answer = tools.call("logs", "call-7", flaky)
+    assert answer == "disk full"
+    [execution] = tools.executor.executions
+    assert len(execution.attempts) == len(calls) == 2
+    [tool] = _named(exporter.get_finished_spans(), "execute_tool")
+    assert tool.attributes is not None
+    assert (tool.attributes[ATTEMPT_NUMBER], tool.attributes[ATTEMPT_OUTCOME]) == (2, "succeeded")
+
+
 def test_a_run_ended_by_a_refused_tool_call_says_budget_exhausted_and_its_dimension(
     tracer: Tracer, exporter: InMemorySpanExporter
 ) -> None:

@@ -599,14 +599,20 @@ def _openai_agent(client: openai.AsyncOpenAI) -> Agent[None, str]:
     return Agent(OpenAIChatModel("gpt-4o-mini", provider=provider))
 
 
+@pytest.mark.parametrize("max_retries", [None, 1, 5], ids=["default", "1", "5"])
 def test_a_model_whose_client_retries_on_its_own_is_refused_before_any_request(
-    failing_provider: LoopbackServer,
+    failing_provider: LoopbackServer, max_retries: int | None
 ) -> None:
+    """Any number of the SDK's own retries but 0 is refused: the SDK's default (2), and others."""
     ctx = _run()
-    client = openai.AsyncOpenAI(  # the SDK's default: 2 retries
-        api_key="test", base_url=failing_provider.openai_url
-    )
-    with pytest.raises(ValueError, match="max_retries=2"):
+    if max_retries is None:  # the SDK's default: 2 retries
+        client = openai.AsyncOpenAI(api_key="test", base_url=failing_provider.openai_url)
+    else:
+        client = openai.AsyncOpenAI(
+            api_key="test", base_url=failing_provider.openai_url, max_retries=max_retries
+        )
+    expected = 2 if max_retries is None else max_retries
+    with pytest.raises(ValueError, match=rf"max_retries={expected}\b"):
         _bounded(_openai_agent(client).run("why?", capabilities=[HarnessCapability(ctx)]))
     assert failing_provider.requests == ()
     assert ctx.budget.snapshot().model_calls == 0

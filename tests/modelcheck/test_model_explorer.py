@@ -4,10 +4,20 @@ sequence up to depth 4, against the real runtime, with the models' answers and t
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
-from diagnosis_harness import BudgetLimits, CancellationReason, FailureKind, RunState
-from diagnosis_harness._generated.tables import RetryState
+from diagnosis_harness import (
+    Boundary,
+    BudgetLimits,
+    CancellationReason,
+    FailureKind,
+    RunState,
+    RunTermination,
+)
+from diagnosis_harness._generated.tables import LifecycleEvent, RetryState
+from diagnosis_harness._run import LocalRun
 from diagnosis_harness.conformance.suite._support import BUDGETS, DEADLINE, RETRY, TERMINAL
 from diagnosis_harness.modelcheck import (
     Disagreement,
@@ -34,6 +44,9 @@ from diagnosis_harness.modelcheck._planted import (
     tool_total_before_check,
 )
 from diagnosis_harness.modelcheck._probe import Attempt, Effect, ProbeConfig, policies_with_thrice
+
+if TYPE_CHECKING:
+    from diagnosis_harness._cancellation import Pending
 
 
 @pytest.mark.model_check
@@ -254,6 +267,38 @@ def test_a_disagreement_names_what_differs() -> None:
     probe.ctx.lifecycle.succeed()  # behind the probe's back: the model is still RUNNING
     with pytest.raises(Disagreement, match="lifecycle is SUCCESS, the model RUNNING"):
         probe.check_invariants()
+
+
+def _time_out_rewriting(self: LocalRun, boundary: Boundary, now_ns: int) -> Pending | None:
+    """A planted bug, written as ``LocalRun``'s own code: a boundary that finds the run timed out
+    records the time-out again -- the same state at the same instant, its own boundary in the
+    reason -- where the first ``RunTermination`` must stay."""
+    first = self._termination
+    reason = f"deadline exceeded, first seen at the {boundary.name} boundary"
+    if first is None:
+        return self._end_locked(LifecycleEvent.TIME_OUT, reason, now_ns)
+    if first.state is RunState.TIMED_OUT:
+        self._termination = RunTermination(first.state, reason, first.at_ns)
+    return None
+
+
+def test_a_termination_rewritten_at_the_same_instant_is_a_disagreement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first termination is kept as the same object for good: a rewrite keeping its state
+    and instant (the reference knows no reason for a time-out) is seen only that way."""
+    monkeypatch.setattr(LocalRun, "_time_out_locked", _time_out_rewriting)
+    probe = RunProbe(CONFIG, models=MemoModels())
+    probe.reach_deadline()
+    probe.check(Boundary.TOOL)
+    first = probe.ctx.lifecycle.termination
+    assert first is not None
+    with pytest.raises(Disagreement, match=r"first termination \(TIMED_OUT\) was replaced"):
+        probe.check(Boundary.MODEL)
+    rewritten = probe.ctx.lifecycle.termination
+    assert rewritten is not None
+    assert (rewritten.state, rewritten.at_ns) == (first.state, first.at_ns)
+    assert rewritten.reason != first.reason
 
 
 def test_every_retry_attempt_event_is_explored() -> None:

@@ -15,6 +15,13 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
+from diagnosis_harness import (
+    BudgetLimits,
+    CancellationReason,
+    ManualClock,
+    RunContext,
+    RunState,
+)
 from diagnosis_harness.conformance.suite._support import BUDGETS, DEADLINE, PRIMITIVES, TERMINAL
 from diagnosis_harness.modelcheck._planted import replaceable_terminal
 from diagnosis_harness.modelcheck._race_checks import RaceCheck, plan, replay_schedule, run_checks
@@ -28,12 +35,16 @@ from diagnosis_harness.modelcheck._races import (
     snapshot_race,
     terminal_race,
 )
-from diagnosis_harness.modelcheck._scheduler import InvariantViolation
+from diagnosis_harness.modelcheck._scheduler import InvariantViolation, SchedLock, Scheduler
 from diagnosis_harness.modelcheck._schedules import explore_schedules as explore
 from diagnosis_harness.modelcheck._schedules import search_schedules as search
+from diagnosis_harness.modelcheck._spec_scenarios import CAPACITY as CAPACITY_SCENARIO
+from diagnosis_harness.modelcheck._spec_scenarios import TOKENS_EXCEED
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
+
+    from diagnosis_harness import RunTermination
 
 
 SUCCESS_WINS = pytest.mark.spec(TERMINAL, "Success wins a terminal race")
@@ -41,6 +52,7 @@ BUDGET_WINS = pytest.mark.spec(TERMINAL, "Budget exhaustion wins a terminal race
 CLIENT_DISCONNECTS = pytest.mark.spec(DEADLINE, "Client disconnects")
 PER_TOOL = pytest.mark.spec(BUDGETS, "Per-Tool budget is exhausted")
 BYTE_LIMIT = pytest.mark.spec(PRIMITIVES, "Run byte limit would be exceeded")
+TOKENS = pytest.mark.spec(BUDGETS, "Actual Token usage exceeds the limit")
 
 # Every schedule of every race is enumerated by the deterministic scheduler, which decides the
 # interleaving itself: the outcome does not depend on the Python version, so CI runs these once
@@ -201,6 +213,120 @@ def test_every_schedule_of_racing_capacity_reservations_stays_within_the_limit(
     assert _assert_clean(capacity_race(sizes, limit=limit)) == usages
 
 
+# -- usage reports past a limit racing another ending ---------------------------------------------
+
+# What each racer does: a usage report past the input (or output) token limit of 10, or a cancel.
+USAGE_RACERS: dict[str, Callable[[RunContext], object]] = {
+    "usage_in": lambda ctx: ctx.record_token_usage(input_tokens=11, output_tokens=0),
+    "usage_out": lambda ctx: ctx.record_token_usage(input_tokens=0, output_tokens=11),
+    "cancel": lambda ctx: ctx.cancellation.cancel(CancellationReason.USER_REQUESTED),
+}
+USAGE_REASON = {
+    RunState.BUDGET_EXHAUSTED: CancellationReason.BUDGET_EXHAUSTED,
+    RunState.CANCELLED: CancellationReason.USER_REQUESTED,
+}
+
+
+def usage_race(*racers: str) -> Scenario:
+    """Usage reports past a token limit racing each other or a cancel, on one run.
+
+    Invariant: one terminal outcome, never replaced -- each racer reads, right after its own
+    call, the termination the run keeps; the one callback ran once, with the outcome's reason;
+    every report is recorded; the budget is exhausted (a report past a limit exhausts it even
+    after the cancel), by a limit the ending names when the ending is the budget's.
+    """
+
+    def build(
+        scheduler: Scheduler, lock: SchedLock
+    ) -> tuple[list[Callable[[], object]], Callable[[], str]]:
+        limits = BudgetLimits(
+            model_calls=1,
+            tool_calls=1,
+            per_tool_calls=1,
+            input_tokens=10,
+            output_tokens=10,
+            total_tokens=100,
+            run_bytes=1,
+        )
+        ctx = RunContext.create(
+            session_id="session-1",
+            run_id="run-1",
+            limits=limits,
+            timeout=30,
+            clock=ManualClock(),
+            _lock=lock.as_lock(),
+        )
+        delivered: list[CancellationReason] = []
+        ctx.cancellation.register(delivered.append)
+        seen: dict[str, RunTermination | None] = {}
+        returned: dict[str, object] = {}
+
+        def actor(name: str) -> Callable[[], None]:
+            def act() -> None:
+                returned[name] = USAGE_RACERS[name](ctx)
+                seen[name] = ctx.lifecycle.termination
+
+            return act
+
+        def check() -> str:
+            termination = ctx.lifecycle.termination
+            if termination is None or ctx.lifecycle.state is not termination.state:
+                raise InvariantViolation(f"state {ctx.lifecycle.state}, termination {termination}")
+            for name, other in seen.items():
+                if other is not termination:
+                    raise InvariantViolation(f"{name} saw {other}; the run ended {termination}")
+            reason = USAGE_REASON[termination.state]
+            if delivered != [reason] or ctx.cancellation.reason is not reason:
+                raise InvariantViolation(
+                    f"callback ran {delivered}, reason {ctx.cancellation.reason}, "
+                    f"the run ended {termination}"
+                )
+            if "cancel" in returned and returned["cancel"] is not (
+                termination.state is RunState.CANCELLED
+            ):
+                raise InvariantViolation(f"cancel() returned {returned['cancel']}: {termination}")
+            usage = ctx.budget.snapshot()
+            reported = (11 * ("usage_in" in racers), 11 * ("usage_out" in racers))
+            if (usage.input_tokens, usage.output_tokens) != reported:
+                raise InvariantViolation(f"usage {usage}, reported {reported}")
+            exhausted = usage.exhausted
+            if exhausted is None:
+                raise InvariantViolation(f"a report past a limit left the budget {usage}")
+            if termination.state is RunState.BUDGET_EXHAUSTED and (
+                exhausted.value not in termination.reason
+            ):
+                raise InvariantViolation(
+                    f"exhausted {exhausted.value}, the run ended {termination}"
+                )
+            return f"{termination.state.name} {exhausted.value}"
+
+        return [actor(name) for name in racers], check
+
+    return Scenario(f"usage[{'+'.join(racers)}]", *TOKENS_EXCEED, tuple(racers), build)
+
+
+USAGE_RACES = [
+    pytest.param(("usage_in", "cancel"), id="usage+cancel"),
+    pytest.param(("usage_in", "usage_out"), id="usage+usage"),
+]
+
+
+@TOKENS
+@pytest.mark.parametrize("release_points", [False, True], ids=["sections", "release-points"])
+@pytest.mark.parametrize("racers", USAGE_RACES)
+def test_every_schedule_of_a_usage_report_past_a_limit_racing_an_ending_ends_once(
+    racers: tuple[str, str], release_points: bool
+) -> None:
+    """The report's read-modify-write of the counters, the budget and the ending it decides is
+    one locked section: without it, a report that passes a limit rewrites the ending another
+    racer recorded meanwhile (or the limit it named)."""
+    outcomes = _assert_clean(usage_race(*racers), release_points=release_points)
+    if "cancel" in racers:
+        assert outcomes == {"CANCELLED input_tokens", "BUDGET_EXHAUSTED input_tokens"}
+    else:
+        assert outcomes == {"BUDGET_EXHAUSTED input_tokens", "BUDGET_EXHAUSTED output_tokens"}
+
+
 # -- the unlocked variants: the checks must find each race ---------------------------------------
 
 UNLOCKED = [
@@ -226,6 +352,8 @@ UNLOCKED = [
     pytest.param(model_call_race([2, 1], limit=2), marks=PER_TOOL, id="model-calls"),
     pytest.param(snapshot_race(["a", "b"]), marks=PER_TOOL, id="snapshot"),
     pytest.param(capacity_race([[3], [3]], limit=5), marks=BYTE_LIMIT, id="capacity"),
+    pytest.param(usage_race("usage_in", "cancel"), marks=TOKENS, id="usage+cancel"),
+    pytest.param(usage_race("usage_in", "usage_out"), marks=TOKENS, id="usage+usage"),
 ]
 
 
@@ -298,6 +426,49 @@ def test_a_failing_schedule_is_charged_to_its_race_scenario_only() -> None:
     assert at.runtime is not None
     assert "claim the win" in at.runtime
     assert all(": " in step.action for step in counterexample.steps[:-1])  # "actor: site"
+
+
+def _powerless_race() -> Scenario:
+    """Two actors that each take the lock and touch only their own counter: nothing to race, so
+    even without the lock no schedule breaks the invariant."""
+
+    def build(
+        scheduler: Scheduler, lock: SchedLock
+    ) -> tuple[list[Callable[[], object]], Callable[[], str]]:
+        counts = [0, 0]
+
+        def actor(index: int) -> Callable[[], None]:
+            def act() -> None:
+                with lock:
+                    counts[index] += 1
+
+            return act
+
+        def check() -> str:
+            if counts != [1, 1]:
+                raise InvariantViolation(f"counts {counts}")
+            return "ok"
+
+        return [actor(0), actor(1)], check
+
+    return Scenario("powerless", *CAPACITY_SCENARIO, ("a", "b"), build)
+
+
+def test_a_race_check_whose_unlocked_variant_never_breaks_fails() -> None:
+    """Schedules that never break the unlocked variant do not reach the race: however clean the
+    locked run, the check fails, charged to its scenario, and says why."""
+    powerless = _powerless_race()
+    assert _assert_clean(powerless) == {"ok"}
+    result = run_checks("ci", checks=[RaceCheck(powerless)])
+    assert not result.passed
+    assert result.details == ("FAILED: powerless",)
+    assert dict(result.figures)["races_found_in_unlocked_variants"] == 0
+    [charged] = result.scenarios
+    assert charged.scenario == CAPACITY_SCENARIO
+    assert not charged.passed
+    assert charged.counterexample is not None
+    assert charged.counterexample.message.startswith("powerless: without the lock no schedule")
+    assert "do not reach the race" in charged.counterexample.message
 
 
 def _replay_arguments(replay: str) -> list[tuple[str, list[int]]]:

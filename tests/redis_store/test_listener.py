@@ -365,15 +365,21 @@ def test_a_closed_store_watches_nothing(store: RedisRunStore) -> None:
 
 class _ClientWithAHook(redis.Redis):
     """A real client that runs ``after_read`` right after each read of a run's state (until the
-    hook clears it): the moment between an attach's first read and its watch, made to happen."""
+    hook clears it): the moment between an attach's first read and its watch, made to happen.
+    ``after_script`` runs likewise once a script's answer is in, before the caller has it: an
+    answer that reaches its caller late."""
 
     after_read: Callable[[], None] | None = None
+    after_script: Callable[[], None] | None = None
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         answer = super().execute_command(*args, **options)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
         hook = self.after_read
         if hook is not None and args[0] == "HMGET" and "state" in args[2:]:
             hook()
+        script_hook = self.after_script
+        if script_hook is not None and args[0] == "FCALL":
+            script_hook()
         return answer
 
 
@@ -418,5 +424,46 @@ def test_an_ending_between_an_attachs_first_read_and_its_watch_is_delivered(
     seen: list[CancellationReason] = []
     late.cancellation.register(seen.append)
     assert seen == [CancellationReason.SHUTDOWN]
+    store.close()
+    client.close()
+
+
+_EARLY_RETURN_WINDOW = 0.5  # seconds a callback gives cancel() to return early, were it to
+
+
+def test_the_call_that_ends_the_run_returns_after_the_listener_ran_the_callbacks(
+    redis_server: RedisServer, other_store: RedisRunStore
+) -> None:
+    """Whoever runs this process's callbacks, the call whose operation ended the run returns
+    after they ran. Here the listener runs them: the cancel's own answer reaches it late, once
+    the listener has started the callbacks; the callback then gives ``cancel()`` a bounded while
+    to return, which it must not do before the callback has finished."""
+    client = _ClientWithAHook(host="127.0.0.1", port=redis_server.port, socket_timeout=5.0)
+    store = RedisRunStore(client, namespace=other_store.namespace)
+    ctx = _create(store)
+    _catch_up(store, other_store, "marker")  # run-1's channel is subscribed
+    started, finished, returned = threading.Event(), threading.Event(), threading.Event()
+    ran_on: list[str] = []
+
+    def callback(_reason: CancellationReason) -> None:
+        ran_on.append(threading.current_thread().name)
+        started.set()
+        returned.wait(_EARLY_RETURN_WINDOW)
+        finished.set()
+
+    ctx.cancellation.register(callback)
+    canceller = threading.get_ident()
+
+    def late_answer() -> None:
+        if threading.get_ident() == canceller:
+            client.after_script = None
+            assert started.wait(_WAIT_SECONDS), "the listener never ran the callback"
+
+    client.after_script = late_answer
+    assert ctx.cancellation.cancel(CancellationReason.USER_REQUESTED)
+    finished_before_the_return = finished.is_set()
+    returned.set()
+    assert ran_on == ["diagnosis-harness-redis-listener"]
+    assert finished_before_the_return, "cancel() returned while the listener ran the callback"
     store.close()
     client.close()

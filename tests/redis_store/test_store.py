@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import pytest
@@ -198,6 +199,74 @@ def test_bad_input_is_refused_and_changes_nothing(
         ).budget.limits
         == LIMITS
     )
+
+
+LIMIT_CHANGES = [
+    *(pytest.param({d.value: getattr(LIMITS, d.value) + 1}, id=d.value) for d in BudgetDimension),
+    pytest.param({"per_tool_overrides": {"fetch": 2}}, id="override-changed"),
+    pytest.param({"per_tool_overrides": {}}, id="override-dropped"),
+    pytest.param({"per_tool_overrides": {"fetch": 1, "grep": 1}}, id="override-added"),
+]
+
+
+@pytest.mark.parametrize("change", LIMIT_CHANGES)
+def test_an_attach_whose_limits_differ_in_any_one_field_is_refused(
+    store: RedisRunStore, change: dict[str, object]
+) -> None:
+    """Every limit is compared, the per-Tool overrides too: an owner given limits that differ
+    from the stored ones in a single field is refused, and the refusal names that field."""
+    _create(store)
+    other = dataclasses.replace(LIMITS, **change)  # type: ignore[arg-type]  # BudgetLimits' own fields
+    with pytest.raises(RunStoreConflict, match="limits") as refused:
+        RunContext.attach(session_id="session-1", run_id="run-1", store=store, limits=other)
+    [field] = change
+    assert f"{field}=" in str(refused.value)
+    assert _attach(store).budget.limits == LIMITS
+
+
+@pytest.mark.parametrize(
+    ("exact", "more", "dimension"),
+    [
+        pytest.param((50, 30), (1, 0), BudgetDimension.INPUT_TOKENS, id="input-then-input"),
+        pytest.param((50, 30), (0, 1), BudgetDimension.TOTAL_TOKENS, id="input-then-total"),
+        pytest.param((30, 50), (0, 1), BudgetDimension.OUTPUT_TOKENS, id="output-then-output"),
+        pytest.param((30, 50), (1, 0), BudgetDimension.TOTAL_TOKENS, id="output-then-total"),
+    ],
+)
+def test_usage_exactly_at_the_token_limits_keeps_the_run_and_one_more_token_ends_it(
+    store: RedisRunStore,
+    exact: tuple[int, int],
+    more: tuple[int, int],
+    dimension: BudgetDimension,
+) -> None:
+    """Input (or output) and total tokens exactly at their limits (50 and 80) exhaust nothing:
+    a limit is passed, not reached. One more token passes one."""
+    ctx = _create(store)
+    ctx.record_token_usage(input_tokens=exact[0], output_tokens=exact[1])
+    assert ctx.lifecycle.state is RunState.RUNNING
+    assert ctx.budget.state is BudgetState.ACTIVE
+    assert ctx.budget.snapshot().exhausted is None
+    _attach(store).reserve_model_call()  # another process is still granted work
+    ctx.record_token_usage(input_tokens=more[0], output_tokens=more[1])
+    termination = ctx.lifecycle.termination
+    assert termination is not None
+    assert termination.state is RunState.BUDGET_EXHAUSTED
+    assert ctx.budget.snapshot().exhausted is dimension
+
+
+@pytest.mark.parametrize("sizes", [(64,), (60, 4)], ids=["one", "two"])
+def test_byte_reservations_that_fill_the_limit_exactly_are_granted(
+    store: RedisRunStore, sizes: tuple[int, ...]
+) -> None:
+    ctx = _create(store)  # run_bytes=64
+    for n in sizes:
+        ctx.reserve_bytes(n)
+    assert ctx.budget.snapshot().run_bytes == 64
+    assert ctx.lifecycle.state is RunState.RUNNING
+    with pytest.raises(BudgetExhausted) as refused:
+        _attach(store).reserve_bytes(1)
+    assert refused.value.dimension is BudgetDimension.RUN_BYTES
+    assert ctx.budget.snapshot().run_bytes == 64
 
 
 def test_a_callback_may_report_usage_when_usage_ends_the_run(store: RedisRunStore) -> None:
