@@ -160,6 +160,7 @@ _DIRECTIVE = re.compile(r"<!-- docs-test: (?P<what>.+?) -->")
 _HIDDEN = re.compile(r"<!--.*?-->", re.DOTALL)
 _PACKAGE = "diagnosis-harness"
 _REDIS = "redis-server"
+_SHELL = frozenset({"sh", "bash", "console", "shell"})
 # Extras that some supported Pythons cannot install, and the first version that can.
 _NEEDS_PYTHON = {"pydantic-ai": (3, 11)}
 
@@ -258,7 +259,7 @@ def _failed_block(blocks: list[Block], script: Path, error: str) -> str:
 
 def run_page(path: Path, python: Path, work: Path, env: dict[str, str]) -> str | None:
     """Run the page in ``work`` with the interpreter ``python``; ``None``, or what went wrong."""
-    blocks = _BLOCKS[path]
+    blocks = _BLOCKS[path] if path in _BLOCKS else python_blocks(path)
     for name, text in page_files(path).items():
         target = work / name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -331,6 +332,16 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
 def test_the_page_runs_as_its_reader_runs_it(
     path: Path, wheel_venvs: WheelVenvs, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    problem = run_as_reader(path, wheel_venvs, tmp_path, request)
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)
+
+
+def run_as_reader(
+    path: Path, wheel_venvs: WheelVenvs, tmp_path: Path, request: pytest.FixtureRequest
+) -> str | None:
+    """Run the page as its reader would (see the module's docstring); what went wrong, or
+    ``None``. Skips where the page's extras cannot be installed."""
     needed = needs(path)
     for extra in sorted(needed.extras):
         version = _NEEDS_PYTHON.get(extra)
@@ -341,14 +352,15 @@ def test_the_page_runs_as_its_reader_runs_it(
     runs = 1
     if needed.redis:
         env[REDIS_URL] = request.getfixturevalue("redis_url")
-        runs = 2  # the server keeps what the first run left: a second must work too
+        runs = 2  # the server keeps what the first run left: a second run must work too
     work = tmp_path / "work"
     work.mkdir()
     assert not work.resolve().is_relative_to(ROOT.resolve())
     for run in range(1, runs + 1):
         problem = run_page(path, venv.python, work, env)
         if problem is not None:
-            pytest.fail(f"run {run} of {runs}: {problem}" if runs > 1 else problem, pytrace=False)
+            return f"run {run} of {runs}: {problem}" if runs > 1 else problem
+    return None
 
 
 @pytest.mark.parametrize("path", FILES, ids=_page_id)
@@ -358,7 +370,13 @@ def test_a_page_shows_its_reader_what_it_installs(path: Path) -> None:
     needed = needs(path)
     if needed.install is None:
         return
-    shown = _HIDDEN.sub("", path.read_text(encoding="utf-8"))
+    visible = _HIDDEN.sub("", path.read_text(encoding="utf-8"))
+    shown = set(re.findall(r"`([^`\n]+)`", visible)) | {
+        line.partition(" #")[0].strip()
+        for block in fenced_blocks(path)
+        if block.info in _SHELL
+        for line in block.source.splitlines()
+    }
     assert needed.install in shown, f"{path.name}: the page does not show `{needed.install}`"
     known = set(metadata("diagnosis-harness").get_all("Provides-Extra") or [])
     assert needed.extras <= known, f"{path.name}: no such extra {sorted(needed.extras - known)}"
@@ -406,13 +424,9 @@ def test_a_failing_block_and_a_wrong_output_are_named(bare_venv: Venv, tmp_path:
     }
     for name, (text, expected) in cases.items():
         page.write_text(text, encoding="utf-8")
-        _BLOCKS[page] = python_blocks(page)
         work = tmp_path / name
         work.mkdir()
-        try:
-            problem = run_page(page, bare_venv.python, work, clean_env())
-        finally:
-            del _BLOCKS[page]
+        problem = run_page(page, bare_venv.python, work, clean_env())
         if expected is None:
             assert problem is None, problem
         else:
@@ -508,3 +522,68 @@ def test_the_performance_page_shows_the_recorded_results() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_index_lists_every_exception_the_package_exports() -> None:
+    """docs/index.md's "Exceptions at a glance" has a row for each exception class of
+    ``diagnosis_harness.__all__``."""
+    import diagnosis_harness  # noqa: PLC0415 - only this test reads the package's names
+
+    exported = {
+        name
+        for name in diagnosis_harness.__all__
+        if isinstance(value := getattr(diagnosis_harness, name), type)
+        and issubclass(value, BaseException)
+    }
+    text = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    table = text[text.index("## Exceptions at a glance") :]
+    rows = set(re.findall(r"^\| `(\w+)` \|", table, re.MULTILINE))
+    assert exported - rows == set(), f"docs/index.md lists no row for {sorted(exported - rows)}"
+    assert rows - exported == set(), f"docs/index.md lists unexported {sorted(rows - exported)}"
+
+
+_REDIS_PAGE = """\
+<!-- docs-test: pip install 'diagnosis-harness[redis]' -->
+<!-- docs-test: redis-server -->
+`pip install 'diagnosis-harness[redis]'`
+
+```python
+import os
+
+import redis
+
+client = redis.Redis.from_url(os.environ["REDIS_URL"])
+print(client.ping())  # -> True
+FIRST
+```
+"""
+
+
+@pytest.mark.version_independent
+@pytest.mark.end_to_end
+@pytest.mark.parametrize(
+    ("first", "expected"),
+    [
+        ("client.incr('runs')", None),
+        ("assert client.set('run', 1, nx=True), 'the run exists already'", "run 2 of 2: "),
+    ],
+    ids=["reruns", "fails-on-a-second-run"],
+)
+def test_a_redis_page_gets_a_server_and_runs_twice(
+    first: str,
+    expected: str | None,
+    wheel_venvs: WheelVenvs,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """The contract a page needing Redis follows: the server's URL is in ``REDIS_URL``, and the
+    page runs twice against the same server, as a reader runs an example again."""
+    page = tmp_path / "redis-page.md"
+    page.write_text(_REDIS_PAGE.replace("FIRST", first), encoding="utf-8")
+    problem = run_as_reader(page, wheel_venvs, tmp_path, request)
+    if expected is None:
+        assert problem is None, problem
+    else:
+        assert problem is not None
+        assert problem.startswith(expected), problem
+        assert "AssertionError: the run exists already" in problem
