@@ -1,9 +1,18 @@
-"""Every ```python block in README.md and docs/*.md runs as written.
+"""Every ```python block in README.md and docs/**/*.md runs as a reader who installed the package
+runs it.
 
-Each file's blocks run in order in one fresh namespace per file, so a later block can use the names
-an earlier one defined. One test per block, named ``<file>#<n>`` (n from 1): a failure names the
-file, the block and the line in the Markdown file (blocks are compiled at their own line numbers,
-so a traceback points into the ``.md`` file).
+A page's blocks are pasted, in order, into one script (each block at its own line numbers of the
+page, so a traceback's line is the Markdown file's), in an empty directory outside the
+repository, and run there as ``python script.py`` by a fresh interpreter of a virtual environment
+that holds the wheel of this checkout and only what the page tells its reader to install: its
+``<!-- docs-test: pip install ... -->`` directive, a command the page must also show (see
+:class:`Needs`). A page's non-Python block with a ``title="relative/path"`` is a file the page
+asks its reader to create: it is written there first. A page with ``<!-- docs-test:
+redis-server -->`` gets a fresh ``redis-server``, its URL in ``REDIS_URL``, and is run twice
+against it, as a reader runs an example again. One test per page, named by its path; a failure
+names the block and the line of the page. The wheel is built once per session and one
+environment is made per distinct set of requirements (``tests/installed.py``); these tests run
+once in CI (``version_independent``, in ``tox -e e2e``).
 
 A block's shown output is checked too. A ``# -> text`` comment on a ``print(...)`` call, or on the
 comment lines right after it, is what that call prints: one marker per printed line, in order, so
@@ -16,23 +25,27 @@ generated from ``model/`` and holds no Python; it is not collected.
 from __future__ import annotations
 
 import ast
-import builtins
-import importlib.util
+import dataclasses
 import io
+import json
 import re
+import shlex
 import subprocess
 import sys
-import threading
 import tokenize
-import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from importlib.metadata import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import pytest
 
+from installed import clean_env
+
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Iterator
+
+    from installed import Venv, WheelVenvs
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = (
@@ -48,11 +61,6 @@ _OPEN = re.compile(r"^(?P<indent>[ ]{0,3})(?P<fence>`{3,}|~{3,})[ ]*(?P<info>[^`
 _MARKER = "# ->"
 _LINK = re.compile(r"\]\((?P<target>[^)\s#:]+\.md)?(?:#(?P<anchor>[^)\s]+))?\)")
 _NOT_EXECUTED_ALIASES = frozenset({"py", "python3", "py3"})
-# Pages whose examples need a package some supported Pythons cannot install.
-_NEEDS = {
-    "docs/guides/pydantic-ai.md": "pydantic_ai",
-    "docs/guides/opentelemetry.md": "pydantic_ai",
-}
 
 
 @dataclass(frozen=True)
@@ -67,7 +75,12 @@ class Block:
 
     @property
     def where(self) -> str:
-        return f"{self.path.relative_to(ROOT).as_posix()} block {self.index} (line {self.line})"
+        return f"{_shown(self.path)} block {self.index} (line {self.line})"
+
+
+def _shown(path: Path) -> str:
+    """A page's path as a failure names it: relative to the repository when inside it."""
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
 
 
 def fenced_blocks(path: Path) -> list[Block]:
@@ -141,121 +154,284 @@ def _prints_with_markers(block: Block) -> dict[tuple[int, int], list[str]]:
     return expected
 
 
-class _Writer(Protocol):
-    def write(self, text: str, /) -> object: ...
+# -- what a page declares it needs -----------------------------------------------------------------
+
+_DIRECTIVE = re.compile(r"<!-- docs-test: (?P<what>.+?) -->")
+_HIDDEN = re.compile(r"<!--.*?-->", re.DOTALL)
+_PACKAGE = "diagnosis-harness"
+_REDIS = "redis-server"
+_SHELL = frozenset({"sh", "bash", "console", "shell"})
+# Extras that some supported Pythons cannot install, and the first version that can.
+_NEEDS_PYTHON = {"pydantic-ai": (3, 11)}
 
 
-@dataclass
-class _Recorder:
-    """A ``print`` for the blocks' namespace: prints as usual and remembers who printed what."""
+@dataclass(frozen=True)
+class Needs:
+    """What a page's code needs besides the wheel: its ``<!-- docs-test: ... -->`` directives.
 
-    filename: str
-    offset: int  # the Markdown line number minus the block line number
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    printed: list[tuple[int, str]] = field(default_factory=list)  # (block line, text)
+    ``<!-- docs-test: pip install 'diagnosis-harness[a,b]' other-package -->`` names the extras
+    and the other packages; the page shows its reader the same command (outside the comment).
+    ``<!-- docs-test: redis-server -->`` asks for a running server, whose URL the page's code
+    reads from the ``REDIS_URL`` environment variable. No directive: the wheel alone.
+    """
 
-    def __call__(
-        self,
-        *args: object,
-        sep: str | None = " ",
-        end: str | None = "\n",
-        file: _Writer | None = None,
-        flush: bool = False,
-    ) -> None:
-        if file is not None:  # printing somewhere else: not the block's shown output
-            builtins.print(*args, sep=sep, end=end, file=file)
-            return
-        buffer = io.StringIO()
-        builtins.print(*args, sep=sep, end=end, file=buffer)
-        text = buffer.getvalue()
-        sys.stdout.write(text)
-        if flush:
-            sys.stdout.flush()
-        caller = sys._getframe(1)
-        if caller.f_code.co_filename == self.filename:
-            with self.lock:
-                self.printed.append((caller.f_lineno - self.offset, text.removesuffix("\n")))
+    install: str | None = None  # the pip install command, as the page shows it
+    extras: frozenset[str] = frozenset()
+    packages: frozenset[str] = frozenset()
+    redis: bool = False
 
 
-@dataclass
-class _FileRun:
-    """One Markdown file's namespace and how far its blocks have run."""
-
-    path: Path
-    namespace: dict[str, object] = field(default_factory=dict)
-    done: int = 0  # blocks 1..done ran successfully
-    failed: str | None = None  # where the first failing block is
-
-    def run_through(self, block: Block, blocks: list[Block]) -> None:
-        """Run every block before ``block`` not yet run, then ``block`` itself."""
-        if self.failed is not None:
-            pytest.fail(f"{block.where}: not run, because {self.failed} failed", pytrace=False)
-        for earlier in blocks[self.done : block.index]:
-            error = _run_block(self._execute, earlier)
-            if error is not None:
-                self.failed = earlier.where
-                if earlier is block:
-                    pytest.fail(f"{block.where} failed:\n{error}", pytrace=False)
-                pytest.fail(
-                    f"{block.where}: not run, because {earlier.where} failed:\n{error}",
-                    pytrace=False,
-                )
-            self.done = earlier.index
-
-    def _execute(self, block: Block) -> None:
-        filename = str(block.path)  # a traceback then shows the line of the Markdown file itself
-        offset = block.line - 1
-        expected = _prints_with_markers(block)
-        recorder = _Recorder(filename, offset)
-        self.namespace.setdefault("__name__", f"docs_{block.path.stem.replace('-', '_')}")
-        self.namespace["print"] = recorder
-        code = compile("\n" * offset + block.source, filename, "exec", dont_inherit=True)
-        exec(code, self.namespace)
-        problems = []
-        for (first, last), lines in expected.items():
-            got = [
-                line
-                for row, text in recorder.printed
-                if first <= row <= last
-                for line in text.split("\n")
-            ]
-            if got != lines:
-                where = f"line {block.line + first - 1}"
-                problems.append(f"{where}: expected {lines!r}, printed {got!r}")
-        if problems:
-            raise AssertionError(f"{block.where}: shown output differs:\n" + "\n".join(problems))
+def needs(path: Path) -> Needs:
+    """The directives of the page at ``path``."""
+    return parse_needs(path.read_text(encoding="utf-8"), path.name)
 
 
-def _run_block(execute: Callable[[Block], None], block: Block) -> str | None:
-    """Run ``block``; None, or its error with the traceback from the block's own frames on."""
+def parse_needs(text: str, name: str) -> Needs:
+    """The directives of a page's ``text``; a ``ValueError`` naming the page for a bad one."""
+    found = Needs()
+    for directive in _DIRECTIVE.finditer(text):
+        what = directive["what"].strip()
+        if what == _REDIS:
+            found = dataclasses.replace(found, redis=True)
+            continue
+        words = shlex.split(what)
+        if words[:2] != ["pip", "install"] or len(words) < 3:
+            raise ValueError(f"{name}: {directive[0]}: expected 'pip install ...' or {_REDIS!r}")
+        if found.install is not None:
+            raise ValueError(f"{name}: more than one 'pip install' directive")
+        package, _, rest = words[2].partition("[")
+        if package != _PACKAGE:
+            raise ValueError(f"{name}: {directive[0]}: the first requirement must be {_PACKAGE}")
+        extras = frozenset(extra.strip() for extra in rest.removesuffix("]").split(",") if rest)
+        found = dataclasses.replace(
+            found, install=what, extras=extras, packages=frozenset(words[3:])
+        )
+    return found
+
+
+# -- a page run as its reader runs it --------------------------------------------------------------
+
+DRIVER = Path(__file__).resolve().with_name("docs_driver.py")
+PAGE_TIMEOUT = 180  # seconds; the slowest page takes a few
+REDIS_URL = "REDIS_URL"
+_TITLE = re.compile(r'title="(?P<title>[^"]+)"')
+
+
+def page_script(blocks: list[Block]) -> str:
+    """The page's ```python blocks as one script, each at its own line numbers of the page."""
+    lines: list[str] = []
+    for block in blocks:
+        lines += [""] * (block.line - 1 - len(lines))
+        lines += block.source.splitlines()
+    return "\n".join(lines) + "\n"
+
+
+def page_files(path: Path) -> dict[str, str]:
+    """The files a page asks its reader to create: its non-Python blocks with a ``title=``
+    (a relative path), by title."""
+    files: dict[str, str] = {}
+    text = path.read_text(encoding="utf-8").splitlines()
+    for block in fenced_blocks(path):
+        found = _TITLE.search(text[block.line - 2])  # the opening fence's line
+        if found is not None and block.info != "python":
+            files[found["title"]] = block.source
+    return files
+
+
+def _expected_prints(blocks: list[Block]) -> dict[tuple[int, int], list[str]]:
+    """Each marked ``print`` call, as its (first, last) line of the page, and what it prints."""
+    return {
+        (block.line + first - 1, block.line + last - 1): lines
+        for block in blocks
+        for (first, last), lines in _prints_with_markers(block).items()
+    }
+
+
+def _failed_block(blocks: list[Block], script: Path, error: str) -> str:
+    """Where in the page the traceback ``error`` last passed through the page's own code."""
+    lines = re.findall(rf'File "{re.escape(str(script))}", line (\d+)', error)
+    if not lines:
+        return _shown(blocks[0].path)
+    line = int(lines[-1])
+    block = next((b for b in reversed(blocks) if b.line <= line), blocks[0])
+    return f"{block.where}, at line {line},"
+
+
+def run_page(path: Path, python: Path, work: Path, env: dict[str, str]) -> str | None:
+    """Run the page in ``work`` with the interpreter ``python``; ``None``, or what went wrong."""
+    blocks = _BLOCKS[path] if path in _BLOCKS else python_blocks(path)
+    for name, text in page_files(path).items():
+        target = work / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    # Not the page's own name: asyncio.md's script named asyncio.py would shadow the module.
+    script = work / f"{path.stem.replace('-', '_')}_example.py"
+    script.write_text(page_script(blocks), encoding="utf-8")
+    result = work.parent / f"{script.stem}.json"
+    command = [str(python), "-W", "error", str(DRIVER), str(script), str(result)]
     try:
-        execute(block)
-    except BaseException as error:  # a doc block may raise anything, SystemExit included
-        tb = error.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
-            tb = tb.tb_next  # this harness's own frames say nothing about the block
-        return "".join(traceback.format_exception(type(error), error, tb))
+        done = subprocess.run(
+            command,
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=PAGE_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"{path.name}: still running after {PAGE_TIMEOUT} s"
+    if not result.is_file():
+        return f"{path.name}: the interpreter ended with status {done.returncode}:\n{done.stderr}"
+    outcome = json.loads(result.read_text(encoding="utf-8"))
+    result.unlink()
+    if outcome["error"] is not None:
+        where = _failed_block(blocks, script, outcome["error"])
+        return f"{where} failed:\n{outcome['error']}\nstderr:\n{done.stderr}"
+    problems = []
+    for (first, last), lines in _expected_prints(blocks).items():
+        got = [
+            line for row, text in outcome["printed"] if first <= row <= last
+            for line in text.split("\n")
+        ]  # fmt: skip
+        if got != lines:
+            problems.append(f"line {first}: expected {lines!r}, printed {got!r}")
+    if problems:
+        return f"{_shown(path)}: shown output differs:\n" + "\n".join(problems)
     return None
 
 
 _BLOCKS = {path: python_blocks(path) for path in FILES}
-_RUNS: dict[Path, _FileRun] = {}
+_PAGES = [path for path in FILES if _BLOCKS[path]]
 
 
-def _block_id(block: Block) -> str:
-    return f"{block.path.relative_to(ROOT).as_posix()}#{block.index}"
+def _page_id(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
 
 
-@pytest.mark.parametrize(
-    "block", [block for blocks in _BLOCKS.values() for block in blocks], ids=_block_id
-)
-def test_python_block_runs(block: Block, monkeypatch: pytest.MonkeyPatch) -> None:
-    needed = _NEEDS.get(block.path.relative_to(ROOT).as_posix())
-    if needed is not None and importlib.util.find_spec(needed) is None:
-        pytest.skip(f"{block.where} needs {needed!r}, not installed (pydantic-ai: Python 3.11+)")
-    monkeypatch.chdir(ROOT)  # a block's relative paths (config/application.yaml) are the repo's
-    run = _RUNS.setdefault(block.path, _FileRun(block.path))
-    run.run_through(block, _BLOCKS[block.path])
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    """A fresh ``redis-server``'s URL (the Redis store's tests' server)."""
+    from redis_store.server import REDIS_SERVER, RedisServer  # noqa: PLC0415 - redis-py, on use
+
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server; CI installs it)")
+    directory = tmp_path / "redis"
+    directory.mkdir()
+    server = RedisServer(directory)
+    server.start()
+    try:
+        yield f"redis://127.0.0.1:{server.port}/0"
+    finally:
+        server.stop()
+
+
+@pytest.mark.version_independent
+@pytest.mark.end_to_end
+@pytest.mark.parametrize("path", _PAGES, ids=_page_id)
+def test_the_page_runs_as_its_reader_runs_it(
+    path: Path, wheel_venvs: WheelVenvs, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    problem = run_as_reader(path, wheel_venvs, tmp_path, request)
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)
+
+
+def run_as_reader(
+    path: Path, wheel_venvs: WheelVenvs, tmp_path: Path, request: pytest.FixtureRequest
+) -> str | None:
+    """Run the page as its reader would (see the module's docstring); what went wrong, or
+    ``None``. Skips where the page's extras cannot be installed."""
+    needed = needs(path)
+    for extra in sorted(needed.extras):
+        version = _NEEDS_PYTHON.get(extra)
+        if version is not None and sys.version_info < version:
+            pytest.skip(f"{extra} needs Python {'.'.join(map(str, version))}+")
+    venv = wheel_venvs.get(needed.extras, needed.packages)
+    env = clean_env()
+    runs = 1
+    if needed.redis:
+        env[REDIS_URL] = request.getfixturevalue("redis_url")
+        runs = 2  # the server keeps what the first run left: a second run must work too
+    work = tmp_path / "work"
+    work.mkdir()
+    assert not work.resolve().is_relative_to(ROOT.resolve())
+    for run in range(1, runs + 1):
+        problem = run_page(path, venv.python, work, env)
+        if problem is not None:
+            return f"run {run} of {runs}: {problem}" if runs > 1 else problem
+    return None
+
+
+@pytest.mark.parametrize("path", FILES, ids=_page_id)
+def test_a_page_shows_its_reader_what_it_installs(path: Path) -> None:
+    """The ``pip install`` of a page's directive is shown to its reader, word for word, and its
+    extras are the package's."""
+    needed = needs(path)
+    if needed.install is None:
+        return
+    visible = _HIDDEN.sub("", path.read_text(encoding="utf-8"))
+    shown = set(re.findall(r"`([^`\n]+)`", visible)) | {
+        line.partition(" #")[0].strip()
+        for block in fenced_blocks(path)
+        if block.info in _SHELL
+        for line in block.source.splitlines()
+    }
+    assert needed.install in shown, f"{path.name}: the page does not show `{needed.install}`"
+    known = set(metadata("diagnosis-harness").get_all("Provides-Extra") or [])
+    assert needed.extras <= known, f"{path.name}: no such extra {sorted(needed.extras - known)}"
+    assert _BLOCKS[path], f"{path.name}: a directive, and no ```python block to run"
+
+
+def test_the_needs_of_a_page_are_read_from_its_directives() -> None:
+    shown = "pip install 'diagnosis-harness[otel,openai]' opentelemetry-sdk"
+    text = f"<!-- docs-test: {shown} -->\n<!-- docs-test: redis-server -->\n`{shown}`\n"
+    assert parse_needs(text, "page.md") == Needs(
+        install=shown,
+        extras=frozenset({"otel", "openai"}),
+        packages=frozenset({"opentelemetry-sdk"}),
+        redis=True,
+    )
+    assert parse_needs("`pip install diagnosis-harness`", "page.md") == Needs()
+    with pytest.raises(ValueError, match=r"page\.md: .* the first requirement must be"):
+        parse_needs("<!-- docs-test: pip install requests -->", "page.md")
+    with pytest.raises(ValueError, match=r"page\.md: more than one"):
+        parse_needs(f"<!-- docs-test: {shown} -->\n<!-- docs-test: {shown} -->", "page.md")
+
+
+def test_a_page_is_one_script_at_the_pages_own_line_numbers() -> None:
+    path = ROOT / "docs" / "guides" / "wiring-sdk-clients.md"
+    lines = page_script(_BLOCKS[path]).splitlines()
+    page = path.read_text(encoding="utf-8").splitlines()
+    for block in _BLOCKS[path]:
+        for offset, line in enumerate(block.source.splitlines()):
+            assert lines[block.line - 1 + offset] == line
+            assert page[block.line - 1 + offset].endswith(line)
+    assert "config/application.yaml" in page_files(path)
+
+
+@pytest.mark.version_independent
+@pytest.mark.end_to_end
+def test_a_failing_block_and_a_wrong_output_are_named(bare_venv: Venv, tmp_path: Path) -> None:
+    """The runner fails a page whose block raises, naming the block and the page's line, and one
+    whose marked output differs; it passes the same page when it is right."""
+    page = tmp_path / "page.md"
+    good = "Text.\n\n```python\nx = 2\n```\n\nMore.\n\n```python\nprint(x * 2)  # -> 4\n```\n"
+    cases = {
+        "right": (good, None),
+        "raises": (good.replace("x * 2", "x / 0"), "page.md block 2 (line 10), at line 10,"),
+        "differs": (good.replace("x = 2", "x = 3"), "line 10: expected ['4'], printed ['6']"),
+    }
+    for name, (text, expected) in cases.items():
+        page.write_text(text, encoding="utf-8")
+        work = tmp_path / name
+        work.mkdir()
+        problem = run_page(page, bare_venv.python, work, clean_env())
+        if expected is None:
+            assert problem is None, problem
+        else:
+            assert problem is not None, name
+            assert expected in problem, problem
 
 
 def test_the_docs_have_python_blocks() -> None:
@@ -337,19 +513,6 @@ def test_relative_links_resolve(path: Path) -> None:
     assert not broken, f"{path.name}: broken links {broken}"
 
 
-def test_the_quickstart_runs_as_a_script_of_its_own(tmp_path: Path) -> None:
-    """The quickstart is one block a newcomer pastes into a file: it needs nothing else."""
-    (block,) = _BLOCKS[ROOT / "docs" / "quickstart.md"]
-    script = tmp_path / "quickstart.py"
-    script.write_text(block.source, encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    shown = [line for lines in _prints_with_markers(block).values() for line in lines]
-    assert done.stdout.splitlines() == shown
-
-
 def test_the_performance_page_shows_the_recorded_results() -> None:
     """docs/performance.md's figures are benchmarks/results/ as publish.py renders them."""
     done = subprocess.run(
@@ -359,3 +522,68 @@ def test_the_performance_page_shows_the_recorded_results() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_index_lists_every_exception_the_package_exports() -> None:
+    """docs/index.md's "Exceptions at a glance" has a row for each exception class of
+    ``diagnosis_harness.__all__``."""
+    import diagnosis_harness  # noqa: PLC0415 - only this test reads the package's names
+
+    exported = {
+        name
+        for name in diagnosis_harness.__all__
+        if isinstance(value := getattr(diagnosis_harness, name), type)
+        and issubclass(value, BaseException)
+    }
+    text = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    table = text[text.index("## Exceptions at a glance") :]
+    rows = set(re.findall(r"^\| `(\w+)` \|", table, re.MULTILINE))
+    assert exported - rows == set(), f"docs/index.md lists no row for {sorted(exported - rows)}"
+    assert rows - exported == set(), f"docs/index.md lists unexported {sorted(rows - exported)}"
+
+
+_REDIS_PAGE = """\
+<!-- docs-test: pip install 'diagnosis-harness[redis]' -->
+<!-- docs-test: redis-server -->
+`pip install 'diagnosis-harness[redis]'`
+
+```python
+import os
+
+import redis
+
+client = redis.Redis.from_url(os.environ["REDIS_URL"])
+print(client.ping())  # -> True
+FIRST
+```
+"""
+
+
+@pytest.mark.version_independent
+@pytest.mark.end_to_end
+@pytest.mark.parametrize(
+    ("first", "expected"),
+    [
+        ("client.incr('runs')", None),
+        ("assert client.set('run', 1, nx=True), 'the run exists already'", "run 2 of 2: "),
+    ],
+    ids=["reruns", "fails-on-a-second-run"],
+)
+def test_a_redis_page_gets_a_server_and_runs_twice(
+    first: str,
+    expected: str | None,
+    wheel_venvs: WheelVenvs,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """The contract a page needing Redis follows: the server's URL is in ``REDIS_URL``, and the
+    page runs twice against the same server, as a reader runs an example again."""
+    page = tmp_path / "redis-page.md"
+    page.write_text(_REDIS_PAGE.replace("FIRST", first), encoding="utf-8")
+    problem = run_as_reader(page, wheel_venvs, tmp_path, request)
+    if expected is None:
+        assert problem is None, problem
+    else:
+        assert problem is not None
+        assert problem.startswith(expected), problem
+        assert "AssertionError: the run exists already" in problem

@@ -1,7 +1,10 @@
 """``diagnosis-harness`` (or ``python -m diagnosis_harness``): the project's command line.
 
-``report`` and ``model-check`` need the ``report`` / ``modelcheck`` extras (pytest, Hypothesis);
-their modules are imported only when their command runs, so ``demo`` needs nothing extra.
+``report`` and ``model-check`` need the ``report`` / ``modelcheck`` extras (pytest, Hypothesis,
+python-statemachine). Each command's module (the one with its ``add_arguments`` and ``run``) is
+imported only when that command is named, and imports nothing of its extra: ``COMMAND --help``
+works on a bare install, and without the extra the command says which one to install and exits
+with status 2. So ``demo`` needs nothing extra.
 
 Every parser of the command line is a :class:`_Parser`: an argument it does not know is an error
 of *that* parser, so ``diagnosis-harness report --bogus`` prints the ``report`` usage naming
@@ -39,7 +42,7 @@ _COMMANDS = {
         "run the conformance suite and write reports/conformance.{json,md,html}",
     ),
     "model-check": (
-        "diagnosis_harness.modelcheck._cli",
+        "diagnosis_harness._model_check_command",
         "run the model checks: tables explored, Hypothesis against the model, schedules, Spin",
     ),
     "demo": ("diagnosis_harness._demo", "narrate a run that hits its deadline"),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import html
 import json
 import os
@@ -10,13 +9,11 @@ import re
 import shutil
 import struct
 import subprocess
-import sys
 import zlib
 from pathlib import Path
 from typing import Any
 
 import jsonschema
-import pytest
 
 from diagnosis_harness.conformance._bundle import suite_dir
 
@@ -160,70 +157,3 @@ def visible_text(home: Path, page: Path) -> str:
     found = re.search(r'data-visible-text="([^"]*)"', dom)
     assert found is not None, dom[-2000:]
     return html.unescape(found.group(1))
-
-
-# -- the installed wheel (conftest.py's session fixtures) ------------------------------------------
-
-STEP_TIMEOUT = 120  # seconds per step; the whole build takes a few seconds with a warm cache
-
-
-def find_uv() -> str | None:
-    beside = Path(sys.executable).with_name("uv")
-    if beside.is_file():
-        return str(beside)
-    return shutil.which("uv")
-
-
-def clean_env() -> dict[str, str]:
-    """This environment less what would point a child at the checkout or change its pytest run
-    (``PYTEST_ADDOPTS``, ``PYTEST_DISABLE_PLUGIN_AUTOLOAD``, ...)."""
-    dropped = {"PYTHONPATH", "VIRTUAL_ENV", "PY_IGNORE_IMPORTMISMATCH", "HYPOTHESIS_PROFILE"}
-    return {k: v for k, v in os.environ.items() if k not in dropped and not k.startswith("PYTEST_")}
-
-
-def step(what: str, command: list[str], cwd: Path, *, offline_first: bool = False) -> None:
-    """Run a build or install step; skip the test, saying why, when it cannot be done."""
-    attempts = [[*command, "--offline"], command] if offline_first else [command]
-    for attempt in attempts:
-        try:
-            done = subprocess.run(
-                attempt,
-                cwd=cwd,
-                env=clean_env(),
-                capture_output=True,
-                text=True,
-                timeout=STEP_TIMEOUT,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as error:
-            pytest.skip(f"cannot {what}: {error}")
-        if done.returncode == 0:
-            return
-    tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
-    pytest.skip(f"cannot {what} (offline, or no index?): " + " | ".join(tail))
-
-
-@dataclasses.dataclass(frozen=True)
-class Venv:
-    """A virtual environment outside the checkout with the built wheel installed in it."""
-
-    root: Path
-
-    @property
-    def python(self) -> Path:
-        return self.root / "bin" / "python"
-
-    def script(self, name: str) -> Path:
-        return self.root / "bin" / name
-
-    def run(self, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-        """``python *args`` of this environment, in ``cwd``."""
-        return subprocess.run(
-            [str(self.python), *args],
-            cwd=cwd,
-            env=clean_env(),
-            capture_output=True,
-            text=True,
-            timeout=STEP_TIMEOUT,
-            check=False,
-        )

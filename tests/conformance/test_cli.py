@@ -22,8 +22,9 @@ from diagnosis_harness import __version__
 from diagnosis_harness.__main__ import CLOSED_PIPE_STATUS
 from diagnosis_harness.conformance import load_spec
 from diagnosis_harness.conformance._cli import EXIT_STATUSES, UsageProblem, check_spec
+from installed import clean_env
 
-from ._support import SMALL_SPEC, SPEC, clean_env, read_json
+from ._support import SMALL_SPEC, SPEC, read_json
 
 if TYPE_CHECKING:
     from pathlib import Path

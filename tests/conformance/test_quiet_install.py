@@ -20,7 +20,7 @@ import pytest
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ._support import Venv
+    from installed import Venv
 
 pytestmark = pytest.mark.wheel
 

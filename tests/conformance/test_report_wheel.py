@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ._support import ROOT, STEP_TIMEOUT, clean_env, read_json, scenarios
+from installed import STEP_TIMEOUT, clean_env
+
+from ._support import ROOT, read_json, scenarios
 
 if TYPE_CHECKING:
-    from ._support import Venv
+    from installed import Venv
 
 
 @pytest.mark.wheel

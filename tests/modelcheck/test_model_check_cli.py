@@ -1,9 +1,10 @@
 """``diagnosis-harness model-check``: the command's options, its summary, ``--json``, its exit
-status, and the output the guide shows."""
+status, what it refuses before any check runs, and the output the guide shows."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import io
 import json
 import os
@@ -15,12 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from diagnosis_harness import _model_check_command
+from diagnosis_harness.__main__ import main
 from diagnosis_harness.modelcheck import CheckResult, _cli, _planted, _spin, _stateful
 from diagnosis_harness.modelcheck._race_checks import RaceCheck, plan, run_checks
 from diagnosis_harness.modelcheck._results import ModelCheckSummary
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from installed import Venv
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "guides" / "model-checks-and-report.md"
@@ -29,7 +34,7 @@ SMALL = ("--depth", "1", "--max-examples", "3", "--steps", "5")
 
 def _args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    _cli.add_arguments(parser)
+    _model_check_command.add_arguments(parser)
     return parser.parse_args(list(argv))
 
 
@@ -210,13 +215,130 @@ def test_on_a_terminal_each_step_has_a_progress_bar() -> None:
     assert "model-check: explorer (depth 1) ..." not in drawn  # not the plain lines
 
 
-def test_without_hypothesis_the_command_says_what_to_install(
-    monkeypatch: pytest.MonkeyPatch,
+# -- what the command refuses before any check runs ---------------------------------------------
+
+
+@pytest.fixture
+def checks_run(monkeypatch: pytest.MonkeyPatch) -> list[argparse.Namespace]:
+    """The arguments each run of the checks was handed (the checks themselves do not run)."""
+    handed: list[argparse.Namespace] = []
+
+    def record(args: argparse.Namespace) -> int:
+        handed.append(args)
+        return 0
+
+    monkeypatch.setattr(_cli, "run", record)
+    return handed
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    """Every path under ``root``, with a file's bytes (``None`` for a directory)."""
+    return {
+        path.relative_to(root).as_posix(): path.read_bytes() if path.is_file() else None
+        for path in root.rglob("*")
+    }
+
+
+def _unwritable(tmp_path: Path, kind: str) -> Path:
+    if kind == "a directory":
+        return tmp_path
+    if kind == "in a missing directory":
+        return tmp_path / "missing" / "coverage.json"
+    file = tmp_path / "a-file"
+    file.write_text("kept\n", encoding="utf-8")
+    return file / "coverage.json"  # under a file
+
+
+@pytest.mark.parametrize("kind", ["a directory", "in a missing directory", "under a file"])
+def test_an_unwritable_coverage_out_is_refused_before_any_check_runs(
+    tmp_path: Path,
+    kind: str,
+    checks_run: list[argparse.Namespace],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setitem(sys.modules, "hypothesis", None)
-    err = io.StringIO()
-    assert _cli.run(_args(), out=io.StringIO(), err=err) == 2
-    assert "pip install 'diagnosis-harness[modelcheck]'" in err.getvalue()
+    path = _unwritable(tmp_path, kind)
+    before = _tree(tmp_path)
+    assert main(["model-check", "--coverage-out", str(path)]) == 2
+    shown = capsys.readouterr()
+    assert checks_run == []
+    assert shown.out == ""
+    assert shown.err.startswith(
+        f"diagnosis-harness model-check: --coverage-out: cannot write {path}: "
+    )
+    assert "Traceback" not in shown.err
+    assert _tree(tmp_path) == before  # nothing made, nothing changed
+
+
+def test_a_writable_coverage_out_is_left_as_it_was_until_the_checks_end(
+    tmp_path: Path, checks_run: list[argparse.Namespace]
+) -> None:
+    """The probe creates no file the run might not write (a new path is gone again), and
+    changes no file the run will replace."""
+    new, existing = tmp_path / "new.json", tmp_path / "existing.json"
+    existing.write_text("old\n", encoding="utf-8")
+    assert main(["model-check", "--coverage-out", str(new)]) == 0
+    assert main(["model-check", "--coverage-out", str(existing)]) == 0
+    assert [args.coverage_out for args in checks_run] == [new, existing]
+    assert not new.exists()
+    assert existing.read_text(encoding="utf-8") == "old\n"
+
+
+def test_without_the_extra_the_command_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+    checks_run: list[argparse.Namespace],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """What the bare wheel shows end to end (below), in-process: python-statemachine found
+    missing is named, with the extra's pip line."""
+    real = importlib.util.find_spec
+
+    def find_spec(name: str) -> object:
+        return None if name == "statemachine" else real(name)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    assert main(["model-check", "--coverage-out", "/nowhere/coverage.json"]) == 2
+    err = capsys.readouterr().err
+    assert "not installed: statemachine" in err
+    assert err.rstrip().endswith("pip install 'diagnosis-harness[modelcheck]'")
+    assert checks_run == []
+
+
+def test_help_lists_the_exit_statuses(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["model-check", "--help"])
+    assert exited.value.code == 0
+    text = capsys.readouterr().out
+    assert "--coverage-out PATH" in text
+    statuses = text[text.index("exit status:") :]
+    for status in _model_check_command.EXIT_STATUSES:
+        assert re.search(rf"^  {status} +\S", statuses, re.MULTILINE), status
+
+
+@pytest.mark.version_independent
+@pytest.mark.end_to_end
+def test_on_a_bare_install_the_command_names_its_extra(bare_venv: Venv, tmp_path: Path) -> None:
+    """``pip install diagnosis-harness`` and nothing else: ``--help`` shows the options and exit
+    statuses; the command itself, and ``python -m``, say which extra to install, status 2, with
+    no traceback."""
+    script = str(bare_venv.script("diagnosis-harness"))
+    helped = subprocess.run(
+        [script, "model-check", "--help"], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert helped.returncode == 0, helped.stderr
+    assert "--coverage-out PATH" in helped.stdout
+    assert "exit status:" in helped.stdout
+    assert "pip install 'diagnosis-harness[modelcheck]'" in helped.stdout
+    commands = (
+        [script, "model-check"],
+        [str(bare_venv.python), "-m", "diagnosis_harness", "model-check"],
+    )
+    for command in commands:
+        done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, check=False)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert done.stdout == ""
+        assert "Traceback" not in done.stderr
+        assert done.stderr.rstrip().endswith("pip install 'diagnosis-harness[modelcheck]'")
+        assert "not installed: statemachine, hypothesis, rich" in done.stderr
 
 
 # -- the guide's output ----------------------------------------------------------------------------

@@ -17,8 +17,11 @@ with what checked it and, for a failed one, its counterexample. ``--json`` print
 :class:`~._results.ModelCheckSummary` as JSON instead. ``--coverage-out PATH`` writes the
 coverage of every row of every table, with every check's result, as JSON.
 
+The options, the exit statuses and the checks made before any check runs (the extra is
+installed, ``--coverage-out`` can be written) are :mod:`diagnosis_harness._model_check_command`'s,
+which imports nothing of the ``modelcheck`` extra; :func:`run` is handed arguments it checked.
 Exit status: 0 when every check passed and every row was taken; 1 when something failed (or
-``--spin`` was asked for and Spin is unavailable); 2 when the ``modelcheck`` extra is missing.
+``--spin`` was asked for and Spin is unavailable).
 
 Nothing is written in the current directory (but ``--coverage-out``): Hypothesis keeps its files
 -- its constants cache, the ``dev`` profile's example database -- under
@@ -29,14 +32,12 @@ profile keeps its database in the user's cache on purpose: see ``_profiles``.)
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import tempfile
 import time
 from contextlib import contextmanager
-from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final, final
 
 from . import _spin
@@ -46,63 +47,18 @@ from ._race_checks import run_checks
 from ._results import CheckResult, ModelCheckSummary
 
 if TYPE_CHECKING:
+    import argparse
     from collections.abc import Callable, Iterator
+    from pathlib import Path
 
     from rich.progress import Progress
 
     from ._spec_scenarios import SpecScenario
 
-__all__ = ["add_arguments", "main", "render", "run"]
+__all__ = ["main", "render", "run"]
 
 _DEPTH: Final = {"ci": 4, "dev": 4, "deep": 5}
 _SPIN_PROFILE: Final = {"ci": "ci", "dev": "ci", "deep": "deep"}
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the ``model-check`` options to ``parser``."""
-    parser.add_argument(
-        "--profile",
-        choices=("ci", "dev", "deep"),
-        default="ci",
-        help="ci: derandomized, 100 examples x 30 steps, depth 4 (default); dev: the same with "
-        "random seeds; deep: 5,000 examples x 150 steps, depth 5",
-    )
-    parser.add_argument(
-        "--spin", action="store_true", help="also verify the Spin models (needs spin and gcc)"
-    )
-    parser.add_argument(
-        "--racers",
-        type=_positive,
-        help="racing threads in the Spin models (default: the Spin check's own per profile)",
-    )
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print the result as JSON (every check, its scenarios and counterexamples)",
-    )
-    parser.add_argument(
-        "--coverage-out",
-        type=Path,
-        metavar="PATH",
-        help="write the transition coverage (every row, with its count) and the checks as JSON",
-    )
-    parser.add_argument(
-        "--depth", type=_positive, help="explorer sequence depth (default: 4, or 5 with deep)"
-    )
-    parser.add_argument(
-        "--max-examples", type=_positive, help="Hypothesis examples per machine (profile's)"
-    )
-    parser.add_argument("--steps", type=_positive, help="Hypothesis steps per example (profile's)")
 
 
 # -- progress --------------------------------------------------------------------------------------
@@ -296,16 +252,6 @@ def run(args: argparse.Namespace, *, out: IO[str] | None = None, err: IO[str] | 
     """Run every model check; 0 only if all passed and every row of every table was taken."""
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
-    try:
-        import hypothesis  # noqa: F401, PLC0415 - the optional extra, imported on use
-        import rich  # noqa: F401, PLC0415
-    except ImportError as error:
-        print(
-            f"model-check needs the 'modelcheck' extra ({error}): "
-            "pip install 'diagnosis-harness[modelcheck]'",
-            file=err,
-        )
-        return 2
     started = time.perf_counter()
     coverage = TransitionCoverage()
     progress = _progress(err)
@@ -345,13 +291,11 @@ def run(args: argparse.Namespace, *, out: IO[str] | None = None, err: IO[str] | 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m diagnosis_harness.modelcheck._cli``: the command on its own."""
-    parser = argparse.ArgumentParser(
-        prog="diagnosis-harness model-check",
-        description="Run every model check of the lifecycle, budget and retry tables.",
-    )
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    """``python -m diagnosis_harness.modelcheck._cli``: the same parser, checks and statuses as
+    ``diagnosis-harness model-check``."""
+    from ..__main__ import main as command_line  # noqa: PLC0415 - it imports this module
+
+    return command_line(["model-check", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
