@@ -39,7 +39,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
     results = config.stash.get(RESULTS, None)
     if config.getoption("--stall-table") and results:
         terminalreporter.section("stall matrix: when each run ended, after its deadline or cancel")

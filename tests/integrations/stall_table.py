@@ -1,4 +1,4 @@
-"""The stall matrix's figures as a table: ``pytest tests/integrations/test_stall_matrix.py --stall-table``.
+"""The stall matrix's figures as a table, printed by ``pytest tests/integrations --stall-table``.
 
 Each cell of ``test_stall_matrix.py`` records one :class:`CellResult` in the session's stash; the
 ``--stall-table`` option (``conftest.py``) prints them at the end of the run as the Markdown table

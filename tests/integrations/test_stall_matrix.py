@@ -90,7 +90,9 @@ from .stall_table import ADAPTERS, ENDINGS, RESULTS, STALLS, CellResult
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
     from multiprocessing.connection import Connection
-    from pathlib import Path
+
+    import anthropic
+    import openai
 
 pytestmark = [pytest.mark.version_independent, pytest.mark.end_to_end]
 
@@ -153,7 +155,7 @@ def other_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OtherPro
     assert process.exitcode == 0
 
 
-# -- the stalls -------------------------------------------------------------------------------------
+# -- the stalls -----------------------------------------------------------------------------------
 
 
 @dataclass
@@ -207,6 +209,9 @@ class Cell:
     ended: threading.Event = field(default_factory=threading.Event)
     ended_at: float | None = None
     error: BaseException | None = None
+    # The sync SDK clients, closed by the test once the cell is over: a client a user keeps
+    # open must not be what frees a worker the run abandoned.
+    clients: list[openai.OpenAI | anthropic.Anthropic] = field(default_factory=list)
 
     def end(self, error: BaseException | None) -> None:
         self.ended_at = time.monotonic()
@@ -246,7 +251,7 @@ class Cell:
             self.server.script(Reply(text="", tool_calls=(TOOL_CALL,)))
 
 
-# -- the adapters, each driven as its user drives it ------------------------------------------------
+# -- the adapters, each driven as its user drives it ----------------------------------------------
 
 
 def _config(cell: Cell) -> ModelClientConfig:
@@ -281,36 +286,32 @@ async def _run_tool_async(cell: Cell, tool_call_id: str) -> None:
 
 def _drive_openai(cell: Cell) -> None:
     client = openai_client(_config(cell), api_key="test")
+    cell.clients.append(client)
     governed = GovernedOpenAI(client, cell.ctx, policy="diagnosis_agent")
     params = {"model": "gpt-4o-mini", "messages": MESSAGES}
-    try:
-        if cell.stall == "stream":
-            with governed.stream(**params) as chunks:
-                for _chunk in chunks:
-                    pass
-            return
-        completion = governed.create(**params)
-        if cell.stall != "request":
-            _run_tool_sync(cell, _tool_call_id_openai(completion))
-    finally:
-        client.close()
+    if cell.stall == "stream":
+        with governed.stream(**params) as chunks:
+            for _chunk in chunks:
+                pass
+        return
+    completion = governed.create(**params)
+    if cell.stall != "request":
+        _run_tool_sync(cell, _tool_call_id_openai(completion))
 
 
 def _drive_anthropic(cell: Cell) -> None:
     client = anthropic_client(_config(cell), api_key="test")
+    cell.clients.append(client)
     governed = GovernedAnthropic(client, cell.ctx, policy="diagnosis_agent")
     params = {"model": "claude-sonnet-4-5", "max_tokens": 256, "messages": MESSAGES}
-    try:
-        if cell.stall == "stream":
-            with governed.stream(**params) as events:
-                for _event in events:
-                    pass
-            return
-        message = governed.create(**params)
-        if cell.stall != "request":
-            _run_tool_sync(cell, _tool_call_id_anthropic(message))
-    finally:
-        client.close()
+    if cell.stall == "stream":
+        with governed.stream(**params) as events:
+            for _event in events:
+                pass
+        return
+    message = governed.create(**params)
+    if cell.stall != "request":
+        _run_tool_sync(cell, _tool_call_id_anthropic(message))
 
 
 async def _drive_openai_async(cell: Cell) -> None:
@@ -421,7 +422,7 @@ def _drive(cell: Cell) -> None:
     asyncio.run(main())
 
 
-# -- the matrix -------------------------------------------------------------------------------------
+# -- the matrix -----------------------------------------------------------------------------------
 
 EXPECTED = {
     "deadline": (RunTimedOut, RunState.TIMED_OUT, CancellationReason.DEADLINE_EXCEEDED),
@@ -448,6 +449,21 @@ def _run(ending: str, deadline: float, other: OtherProcess | None) -> RunContext
         clock=SystemClock(),
         store=store,
     )
+
+
+def _stream_workers_left(cell: Cell) -> list[str]:
+    """The sync clients' stream workers still reading, HANG s after the caller has left.
+
+    Each reads on a thread named after its call; the stall's pings reach it, and the stream
+    the caller's leaving closed must end it at the next one, not when the provider goes on.
+    """
+    if cell.adapter not in _SYNC or cell.stall != "stream":
+        return []
+    names = {"openai chat.completions.create", "anthropic messages.create"}
+    workers = [thread for thread in threading.enumerate() if thread.name in names]
+    for worker in workers:
+        worker.join(HANG)
+    return [worker.name for worker in workers if worker.is_alive()]
 
 
 def _refusal(reserve: Callable[[], None]) -> RunTerminated | None:
@@ -512,11 +528,14 @@ def _play(adapter: str, stall: str, ending: str, deadline: float, other: OtherPr
         refusals = [_refusal(ctx.reserve_model_call), _refusal(lambda: ctx.reserve_tool_call(TOOL))]
         requests_at_end = server.count
         tool_started_at_end = cell.tool.started.is_set()
+        reading = _stream_workers_left(cell)
 
         # Release every stall: the late answers arrive, and must start nothing.
         server.release_all()
         cell.tool.release()
         thread.join(BOUND)
+        for client in cell.clients:
+            client.close()
         if tool_started_at_end:
             assert cell.tool.finished.wait(BOUND)
         delivered = called.wait(BOUND)
@@ -546,6 +565,8 @@ def _play(adapter: str, stall: str, ending: str, deadline: float, other: OtherPr
         problems.append(f"{server.count - requests_at_end} request(s) sent after the end")
     if cell.tool.started.is_set() and not tool_started_at_end:
         problems.append("the tool started after the end")
+    if reading:
+        problems.append(f"{reading} still read the stalled stream after the end")
     if thread.is_alive():
         problems.append(f"the cell's thread still runs {BOUND} s after the stall was released")
     return Outcome(stalled, late, problems)
