@@ -23,8 +23,9 @@ asks for the tool, which runs through :class:`~diagnosis_harness.integrations.Go
 
 Cost: one ``redis-server`` and one helper interpreter for the whole matrix (the cross-process
 column), a loopback server per cell; the 72 cells take about 20 s on a loaded 2-core machine, a
-quarter of it the 24 deadline cells' 0.3 s each, plus importing the four SDKs. Marked ``version_independent``: what it asserts does not depend on the Python version, so
-CI runs it once, in ``tox -e e2e``.
+quarter of it the 24 deadline cells' 0.3 s each, plus importing the four SDKs. Marked
+``version_independent``: what it asserts does not depend on the Python version, so CI runs it
+once, in ``tox -e e2e``.
 """
 
 from __future__ import annotations
