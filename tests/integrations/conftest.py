@@ -43,6 +43,6 @@ def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, config: pytest.Config
 ) -> None:
     results = config.stash.get(RESULTS, None)
-    if config.getoption("--stall-table") and results:
+    if config.getoption("--stall-table", default=False) and results:
         terminalreporter.section("stall matrix: when each run ended, after its deadline or cancel")
         terminalreporter.write_line(table(results))
