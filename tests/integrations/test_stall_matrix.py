@@ -20,6 +20,8 @@ cell's figure (``stall_table.py``).
 
 For the raw SDK clients a tool is run the way a user of them runs it: the governed client's answer
 asks for the tool, which runs through :class:`~diagnosis_harness.integrations.GovernedTools`.
+One more test, after the matrix, covers the one way a sync client's stream can outlive its caller
+that no cell reaches: a stream the provider opens only after the caller has left.
 
 Cost: one ``redis-server`` and one helper interpreter for the whole matrix (the cross-process
 column), a loopback server per cell; the 72 cells take about 20 s on a loaded 2-core machine, a
@@ -598,3 +600,54 @@ def test_a_stall_ends_by_the_deadline_or_the_cancel(
         late=outcome.late, hung_after=HANG, ok=not problems, note="; ".join(problems)
     )
     assert not problems, "; ".join(problems)
+
+
+def test_a_stream_that_opens_after_its_caller_left_is_closed_at_once(
+    direct_connections: None,
+) -> None:
+    """The run is cancelled while the provider holds the stream's headers: the caller leaves at
+    once; when the provider answers later and keeps the stream alive with pings, the worker that
+    opened it closes it at once and ends, rather than reading a stream nobody reads."""
+    arrived, answer = threading.Event(), threading.Event()
+
+    def hold_the_headers(_seen: object) -> None:  # on the handler's thread, before it answers
+        arrived.set()
+        answer.wait(BOUND)
+
+    with serve(on_request=hold_the_headers) as server:
+        stall = threading.Event()
+        server.script(Reply(stall=stall, stall_after_events=0, ping_every=PING))
+        ctx = _run("thread-cancel", DEADLINE, None)
+        client = openai_client(
+            ModelClientConfig(timeout_seconds=BOUND, base_url=server.openai_url), api_key="test"
+        )
+        governed = GovernedOpenAI(client, ctx, policy="diagnosis_agent")
+        before = set(threading.enumerate())
+        ended: list[BaseException] = []
+
+        def stream() -> None:
+            try:
+                governed.stream(model="gpt-4o-mini", messages=MESSAGES)
+            except RunCancelled as error:
+                ended.append(error)
+
+        caller = threading.Thread(target=stream)
+        caller.start()
+        assert arrived.wait(BOUND)
+        ctx.cancellation.cancel(CancellationReason.USER_REQUESTED)
+        caller.join(BOUND)
+        assert len(ended) == 1  # the caller left with the run's ending, the headers still held
+        (worker,) = [
+            thread
+            for thread in set(threading.enumerate()) - before
+            if thread.name == "openai chat.completions.create"
+        ]
+
+        answer.set()  # the provider answers now, and pings on: only the close can end the read
+        server.wait_for_stalled(1, BOUND)
+        worker.join(HANG)
+        still_reading = worker.is_alive()
+        stall.set()
+        client.close()
+    assert not still_reading
+    assert ctx.budget.snapshot().model_calls == server.count == 1
