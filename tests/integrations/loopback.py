@@ -73,7 +73,10 @@ class Reply:
     chunk in an OpenAI stream even when asked for, no usage in Anthropic's ``message_delta``.
     ``stall`` holds the answer until the Event is set: before the status line when
     ``stall_after_events`` is ``None``, else after that many events of a stream (its headers and
-    first events are sent, then it stalls). ``chunks`` is how many pieces a streamed text is cut
+    first events are sent, then it stalls). ``ping_every`` (seconds) keeps a stream stalled mid-way
+    alive as providers do: a ping while it stalls (Anthropic's ``ping`` event, an SSE comment
+    for OpenAI), which the SDKs read and skip -- each one restarts the client's read timeout, so
+    only the run's deadline can end the stall. ``chunks`` is how many pieces a streamed text is cut
     into. ``cache_read_tokens`` is Anthropic's ``cache_read_input_tokens`` (reported apart from
     ``input_tokens``); OpenAI counts cached tokens inside ``prompt_tokens``.
     """
@@ -88,6 +91,7 @@ class Reply:
     retry_after: float | None = None
     stall: threading.Event | None = None
     stall_after_events: int | None = None
+    ping_every: float | None = None
     chunks: int = 3
 
 
@@ -117,6 +121,7 @@ class LoopbackServer(ThreadingHTTPServer):
         self._script: deque[Reply] = deque()
         self._seen: list[SeenRequest] = []
         self._stalled = 0
+        self._held = 0
         self._stalls: list[threading.Event] = []
         self.default = Reply()
         self.on_request = on_request
@@ -158,6 +163,12 @@ class LoopbackServer(ThreadingHTTPServer):
         with self._changed:
             return self._stalled
 
+    @property
+    def held(self) -> int:
+        """How many handlers have held their answer so far, released since or not."""
+        with self._changed:
+            return self._held
+
     def wait_for_stalled(self, n: int = 1, timeout: float = 10.0) -> None:
         """Block until ``n`` handlers hold their answer; ``AssertionError`` after ``timeout``."""
         with self._changed:
@@ -184,12 +195,24 @@ class LoopbackServer(ThreadingHTTPServer):
             self.on_request(seen)
         return reply
 
-    def _hold(self, stall: threading.Event) -> None:
+    def _hold(
+        self,
+        stall: threading.Event,
+        ping: Callable[[], None] | None = None,
+        every: float | None = None,
+    ) -> None:
         with self._changed:
             self._stalled += 1
+            self._held += 1
             self._changed.notify_all()
         try:
-            stall.wait(_STALL_LIMIT_S)
+            if ping is None or every is None:
+                stall.wait(_STALL_LIMIT_S)
+            else:  # the provider's clock: a ping each ``every`` s of the stall, until released
+                for _ in range(int(_STALL_LIMIT_S / every)):
+                    if stall.wait(every):
+                        break
+                    ping()
         finally:
             with self._changed:
                 self._stalled -= 1
@@ -370,6 +393,9 @@ def _anthropic_events(reply: Reply, model: str) -> list[bytes]:
     return events
 
 
+_ANTHROPIC_PING = b'event: ping\ndata: {"type": "ping"}\n\n'
+
+
 def _error_body(path: str, status: int) -> dict[str, object]:
     message = f"loopback: scripted {status}"
     if path == ANTHROPIC_PATH:
@@ -410,7 +436,8 @@ class _Handler(BaseHTTPRequestHandler):
                 events = _openai_events(reply, model, options.get("include_usage") is True)
             else:
                 events = _anthropic_events(reply, model)
-            self._stream(events, reply)
+            ping = b": ping\n\n" if seen.path == OPENAI_PATH else _ANTHROPIC_PING
+            self._stream(events, reply, ping)
 
     def _json(self, status: int, body: object, headers: Mapping[str, str] | None = None) -> None:
         payload = json.dumps(body).encode()
@@ -422,7 +449,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
-    def _stream(self, events: list[bytes], reply: Reply) -> None:
+    def _stream(self, events: list[bytes], reply: Reply, ping: bytes) -> None:
         # HTTP/1.0: no length, the body ends when the connection closes after the last event.
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -430,8 +457,12 @@ class _Handler(BaseHTTPRequestHandler):
         for number, event in enumerate(events):
             if reply.stall is not None and number == reply.stall_after_events:
                 self.wfile.flush()
-                self.server._hold(reply.stall)
+                self.server._hold(reply.stall, lambda: self._ping(ping), reply.ping_every)
             self.wfile.write(event)
+        self.wfile.flush()
+
+    def _ping(self, ping: bytes) -> None:
+        self.wfile.write(ping)
         self.wfile.flush()
 
     def log_message(self, format: str, *args: Any) -> None:

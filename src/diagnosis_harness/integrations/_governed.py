@@ -12,13 +12,17 @@ wrapper's policy; the executor gates every attempt and records it. Each attempt:
 4. on a failure, asks the gate again, so that a run that ended meanwhile (cancelled, or past its
    deadline) ends the call with its ``RunTerminated`` rather than the SDK's error.
 
-Cancellation is prompt in both worlds. In asyncio every await of the SDK runs in
-``ctx.scope()``, so a cancellation of the run, or its deadline, cancels the request itself. A
+Cancellation and the deadline are prompt in both worlds. In asyncio every await of the SDK runs
+in ``ctx.scope()``, so a cancellation of the run, or its deadline, cancels the request itself. A
 blocking SDK call cannot be interrupted from another thread, so the sync wrappers run it on a
-worker thread and the caller waits on a relay that the run's cancellation also wakes: the caller
-gets the run's ``RunCancelled`` at once, and the abandoned request ends at its timeout (at the
-latest at the deadline); if it still completes, the worker records its usage -- the tokens were
-spent -- and its answer is dropped.
+worker thread and the caller waits on a relay that the run's cancellation wakes, and whose every
+wait ends at the run's deadline: the caller gets the run's ``RunCancelled`` / ``RunTimedOut`` at
+once, whatever the provider does -- silent, or keeping a stalled stream alive with pings, each
+of which restarts the SDK's read timeout. The abandoned worker is let go: a stream it reads is
+closed (by the cancellation, or when the caller stops), so it ends at the provider's next byte,
+and a request it waits for ends at its timeout (cut to the deadline when it was sent); if that
+request still completes, the worker records its usage -- the tokens were spent -- and its answer
+is dropped.
 """
 
 from __future__ import annotations
@@ -271,7 +275,7 @@ class _Failed:
 
 _END = object()  # the worker's last item
 _OPENED = object()  # a stream's request was answered: its chunks follow
-_WOKEN = object()  # put by the run's cancellation
+_WOKEN = object()  # put by the run's cancellation; also what a wait that reached the deadline gets
 _RECORDING = object()  # the worker records the usage next: the answer is in, a wake-up is late
 
 
@@ -279,11 +283,27 @@ _RECORDING = object()  # the worker records the usage next: the answer is in, a 
 class _Relay:
     """Items from one worker thread to the caller, in order; the run's cancellation wakes it.
 
-    The queue is the only thing both threads touch; ``_stopped`` tells the worker the caller no
-    longer reads (it was woken, or closed a stream), so the worker stops reading the SDK.
+    The queue is what both threads pass items through; ``_stopped`` tells the worker the caller
+    no longer reads (it was woken, or closed a stream), so the worker stops reading the SDK. Each
+    wait of the caller ends at the run's deadline, read on the run's clock (a wait that ends
+    before the clock says so waits again for what is left, as ``ctx.scope()``'s timer does).
+
+    A worker reading a stream hands over how to close it (:meth:`hold`); the run's cancellation
+    and the caller's :meth:`stop` close it, once, under ``_source_lock``: a worker blocked on a
+    provider that keeps the stream alive with pings would otherwise read on after the caller left.
     """
 
-    __slots__ = ("_ctx", "_ended", "_queue", "_recording", "_registration", "_stopped")
+    __slots__ = (
+        "_close_source",
+        "_ctx",
+        "_ended",
+        "_queue",
+        "_recording",
+        "_registration",
+        "_source_closed",
+        "_source_lock",
+        "_stopped",
+    )
 
     def __init__(self, ctx: RunContext, work: Callable[[_Relay], None], name: str) -> None:
         self._ctx = ctx
@@ -293,7 +313,10 @@ class _Relay:
         # The caller has taken _RECORDING: recording the usage may end the run (a token limit),
         # whose cancellation wakes the relay, but the answer is complete (caller's thread only).
         self._recording = False
-        self._registration = ctx.cancellation.register(lambda _reason: self._queue.put(_WOKEN))
+        self._source_lock = threading.Lock()
+        self._close_source: Callable[[], object] | None = None  # the SDK stream's close
+        self._source_closed = False  # the caller left: a stream opened from now on is closed
+        self._registration = ctx.cancellation.register(self._on_cancel)
         # A daemon: an abandoned request must not keep the interpreter alive past its timeout.
         threading.Thread(target=work, args=(self,), name=name, daemon=True).start()
 
@@ -304,26 +327,73 @@ class _Relay:
     def put(self, item: object) -> None:
         self._queue.put(item)
 
+    def hold(self, close: Callable[[], object]) -> None:
+        """On the worker: the SDK's stream is open, and ``close`` closes it when the caller leaves.
+
+        Closed at once if the caller has left already (it was woken before the stream opened).
+        """
+        with self._source_lock:
+            if not self._source_closed:
+                self._close_source = close
+                return
+        close()
+
     def get(self) -> object:
-        """The next item; the run's ``RunTerminated`` if the run was cancelled meanwhile."""
+        """The next item; the run's ``RunTerminated`` if the run ended meanwhile.
+
+        Ended means cancelled (the cancellation wakes the wait) or past the deadline (the wait
+        ends there): either way the relay stops and the run's ending is raised, unless the answer
+        is complete (the worker is recording its usage).
+        """
         if self._ended:
             return _END
-        item = self._queue.get()
+        item = self._take()
         while item is _WOKEN or item is _RECORDING:
             if item is _RECORDING:
                 self._recording = True
             elif not self._recording:
                 self.stop()
-                self._ctx.check(Boundary.MODEL)  # raises: a cancellation ends the run
-            item = self._queue.get()
+                self._ctx.check(Boundary.MODEL)  # raises: the run has ended
+            item = self._take()
         if item is _END:
             self._ended = True
             self._registration.unregister()
         return item
 
+    def _take(self) -> object:
+        """The next item on the queue; ``_WOKEN`` once the run's clock has reached the deadline.
+
+        An item already there is taken even past the deadline: the caller's checks decide on it.
+        Once the answer is complete (``_RECORDING`` taken), the wait is the worker's recording.
+        """
+        if self._recording:
+            return self._queue.get()
+        deadline, clock = self._ctx.deadline, self._ctx.clock
+        while True:
+            try:
+                return self._queue.get(timeout=deadline.remaining_seconds(clock))
+            except queue.Empty:
+                if deadline.expired(clock):
+                    return _WOKEN
+
     def stop(self) -> None:
+        """The caller leaves: the worker stops reading, and a stream it reads is closed."""
         self._stopped.set()
         self._registration.unregister()
+        self._close()
+
+    def _on_cancel(self, _reason: object) -> None:
+        # On the cancelling thread: wake the caller, and free a worker blocked on the provider.
+        # A stream the worker closed itself (it read it to the end) is closed again: a no-op.
+        self._queue.put(_WOKEN)
+        self._close()
+
+    def _close(self) -> None:
+        with self._source_lock:
+            close, self._close_source = self._close_source, None
+            self._source_closed = True
+        if close is not None:
+            close()
 
 
 def _answered(gov: Governance, relay: _Relay) -> object:
@@ -378,8 +448,8 @@ class GovernedStream(Generic[C]):
     The request was sent and answered (under the executor) when this was returned; the chunks
     are read on a worker thread and handed over in order. A run that ends meanwhile (cancelled,
     or another call exhausted its budget) ends the iteration with its ``RunTerminated`` at once,
-    even while the provider is silent; past the deadline, the next chunk does, and a silent
-    provider is cut by the read timeout, which was cut to the deadline. The usage is
+    even while the provider is silent; so does the deadline, even while the provider keeps the
+    stream alive without content (pings); and either closes the SDK's stream. The usage is
     recorded when the provider reports it; a stream that ends without it raises
     :class:`UsageNotReported` after its last chunk. A stream closed early records the usage
     known so far (Anthropic reports input tokens first; OpenAI nothing before the end).
@@ -428,7 +498,7 @@ class GovernedStream(Generic[C]):
         return cast("C", item)  # anything else on the relay is a chunk
 
     def close(self) -> None:
-        """Stop reading: the worker closes the SDK's stream at its next chunk."""
+        """Stop reading: the SDK's stream is closed, and the worker ends at its next read."""
         self._relay.stop()
 
     def __enter__(self) -> GovernedStream[C]:
@@ -459,6 +529,7 @@ def open_stream(prepared: GovernedCall, meter: Callable[[], UsageMeter[C]]) -> G
                 relay.put(_END)
                 return
             relay.put(_OPENED)
+            relay.hold(stream.close)
             _pump(gov, stream, meter(), relay, usage=usage, name=prepared.name)
 
         relay = _Relay(gov.ctx, work, prepared.name)
