@@ -105,13 +105,26 @@ class RunTerminated(HarnessError):
     ``termination`` is the run's one terminal outcome (the same object every time), ``boundary``
     the gate that refused the work, or ``None`` when the refusal did not come from a gate.
     Catch this class to handle every way a run can end; its subclasses say which way it ended.
+
+    The message names first the boundary at which the run ended (``termination.boundary``),
+    then, if another one refused this work, that one: ``TOOL boundary refused: run is
+    BUDGET_EXHAUSTED (per_tool_calls limit ...); then refused at the MODEL boundary``.
     """
 
     def __init__(self, termination: RunTermination, boundary: Boundary | None = None) -> None:
         self.termination = termination
         self.boundary = boundary
-        where = f"{boundary.name} boundary refused: " if boundary is not None else ""
-        super().__init__(f"{where}run is {termination.state.name} ({termination.reason})")
+        super().__init__(_refusal_message(termination, boundary))
+
+
+def _refusal_message(termination: RunTermination, boundary: Boundary | None) -> str:
+    ending = f"run is {termination.state.name} ({termination.reason})"
+    ended_at = termination.boundary
+    first = boundary if ended_at is None else ended_at
+    message = ending if first is None else f"{first.name} boundary refused: {ending}"
+    if boundary is not None and boundary is not first:
+        message += f"; then refused at the {boundary.name} boundary"
+    return message
 
 
 @final

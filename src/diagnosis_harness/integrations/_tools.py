@@ -25,6 +25,7 @@ import inspect
 import json
 from typing import TYPE_CHECKING, ParamSpec, TypeVar, final
 
+from .._boundary import Boundary
 from .._context import RunContext
 from .._keys import ToolCallKeyFactory
 from .._retry import HarnessRetryExecutor
@@ -188,7 +189,9 @@ class GovernedTools:
             return fn(*args, **kwargs)
 
         def run(attempt: Callable[[], T]) -> T:
-            result = self._executor.execute(self._policy, attempt)
+            subject = f"Tool {tool!r}"
+            result = self._executor.execute_named(subject, self._policy, attempt)
+            self._ctx.check(Boundary.TOOL)  # a deadline passed while it ran: the Tool's, not bytes'
             self.record_result(result)
             return result
 
@@ -217,7 +220,9 @@ class GovernedTools:
             return await fn(*args, **kwargs)
 
         async def run(attempt: Callable[[], Awaitable[T]]) -> T:
-            result = await self._executor.execute_async(self._policy, attempt)
+            subject = f"Tool {tool!r}"
+            result = await self._executor.execute_named_async(subject, self._policy, attempt)
+            self._ctx.check(Boundary.TOOL)  # a deadline passed while it ran: the Tool's, not bytes'
             self.record_result(result)
             return result
 

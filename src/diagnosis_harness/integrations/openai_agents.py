@@ -51,6 +51,7 @@ from .._boundary import Boundary
 from .._context import RunContext
 from .._errors import RunTerminated
 from .._retry import HarnessRetryExecutor
+from ._agent_endings import agent_run_ending, refused_tool_call
 from ._classify import classify_openai
 from ._extras import missing_extra
 from ._governed import TokenUsage
@@ -331,7 +332,7 @@ class _GovernedInvoke:
         except RunTerminated as refused:
             # The tool never started (or its result did not fit): the run has ended, and the SDK's
             # next Model call raises this same ending. Siblings already running finish first.
-            return f"diagnosis harness refused this tool call: {refused}"
+            return refused_tool_call(refused)
 
 
 def governed_tool(tool: FunctionTool) -> FunctionTool:
@@ -464,7 +465,7 @@ def _harness_error(error: BaseException) -> RunTerminated | None:
 def _finish(ctx: RunContext, error: BaseException | None) -> None:
     """Record the run's one outcome from how the agent run ended; raise the harness's ending."""
     if error is None:
-        if ctx.lifecycle.succeed("agent run produced its final output").changed:
+        if ctx.lifecycle.succeed(agent_run_ending(None)).changed:
             return
         ctx.check(Boundary.MODEL)  # the run had already ended: raise its own RunTerminated
         return
@@ -475,7 +476,7 @@ def _finish(ctx: RunContext, error: BaseException | None) -> None:
         # Unwrapped from the SDK's exception, its own cause kept (the SDK's names it already).
         raise harness from harness.__cause__
     if isinstance(error, Exception):
-        ctx.lifecycle.fail(f"agent run failed: {type(error).__name__}: {error}")
+        ctx.lifecycle.fail(agent_run_ending(error))
 
 
 async def run_governed(
