@@ -52,6 +52,7 @@ from .._context import RunContext
 from .._errors import RunTerminated
 from .._retry import HarnessRetryExecutor
 from ._agent_endings import agent_run_ending, refused_tool_call
+from ._chat import ChatResponse
 from ._classify import classify_openai
 from ._extras import missing_extra
 from ._governed import TokenUsage
@@ -144,6 +145,7 @@ class _Governance:
             model=str(getattr(model, "model", type(model).__name__)),
             classify=self.executor.classify,
             usage_of=_usage_of if usage else None,
+            response_of=_response_of if usage else None,
         )
 
     def check_tools(self, tools: list[Tool]) -> None:
@@ -170,6 +172,11 @@ class _Governance:
 
 def _usage_of(response: Any) -> TokenUsage:
     return TokenUsage(response.usage.input_tokens, response.usage.output_tokens)
+
+
+def _response_of(response: Any) -> ChatResponse:
+    # The SDK's ModelResponse keeps the answer's ID (Responses API), not its model or reasons.
+    return ChatResponse(model=None, id=response.response_id, finish_reasons=())
 
 
 @final
