@@ -106,9 +106,11 @@ class RunTerminated(HarnessError):
     the gate that refused the work, or ``None`` when the refusal did not come from a gate.
     Catch this class to handle every way a run can end; its subclasses say which way it ended.
 
-    The message names first the boundary at which the run ended (``termination.boundary``),
-    then, if another one refused this work, that one: ``TOOL boundary refused: run is
-    BUDGET_EXHAUSTED (per_tool_calls limit ...); then refused at the MODEL boundary``.
+    The message names the boundary at which the run ended (``termination.boundary``), whichever
+    gate refuses later work (``boundary`` says which): a per-Tool limit reads ``TOOL boundary
+    refused: run is BUDGET_EXHAUSTED (per_tool_calls limit ...)`` also when an agent framework's
+    next Model call is what raises it. An ending decided outside any boundary (``cancel``,
+    ``succeed``, ``fail``) names the refusing gate.
     """
 
     def __init__(self, termination: RunTermination, boundary: Boundary | None = None) -> None:
@@ -119,12 +121,8 @@ class RunTerminated(HarnessError):
 
 def _refusal_message(termination: RunTermination, boundary: Boundary | None) -> str:
     ending = f"run is {termination.state.name} ({termination.reason})"
-    ended_at = termination.boundary
-    first = boundary if ended_at is None else ended_at
-    message = ending if first is None else f"{first.name} boundary refused: {ending}"
-    if boundary is not None and boundary is not first:
-        message += f"; then refused at the {boundary.name} boundary"
-    return message
+    where = boundary if termination.boundary is None else termination.boundary
+    return ending if where is None else f"{where.name} boundary refused: {ending}"
 
 
 @final

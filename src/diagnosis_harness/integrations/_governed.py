@@ -228,7 +228,7 @@ class GovernedCall:
     async def send_in_scope(self, timeout: object) -> Any:
         """``await send(timeout)`` in ``ctx.scope()``; after a failure, the run's ending wins."""
         try:
-            async with self.gov.ctx.scope():
+            async with self.gov.ctx.scope(Boundary.MODEL):
                 return await self.send(timeout)
         except Exception:
             self.gov.ended_wins()
@@ -570,7 +570,7 @@ class AsyncGovernedStream(Generic[C]):
         if self._done:
             raise StopAsyncIteration
         try:
-            async with self._gov.ctx.scope():
+            async with self._gov.ctx.scope(Boundary.MODEL):
                 chunk = await self._iterator.__anext__()
         except StopAsyncIteration:
             await self._finish()

@@ -210,7 +210,7 @@ class _GovernedModel(Model):
 
         async def attempt() -> ModelResponse:
             ctx.reserve_model_call()
-            async with ctx.scope():
+            async with ctx.scope(Boundary.MODEL):
                 return await self._inner.get_response(
                     system_instructions,
                     input,
@@ -270,7 +270,7 @@ class _GovernedModel(Model):
                 prompt=prompt,
             )
             try:
-                async with ctx.scope():
+                async with ctx.scope(Boundary.MODEL):
                     return await anext(events)
             except BaseException:
                 await _close(events)  # a failed attempt's stream is done with; a retry opens anew
@@ -288,7 +288,7 @@ class _GovernedModel(Model):
                         governance.record_usage(usage.input_tokens, usage.output_tokens)
                     governance.check_calls(event.response.output)
                 yield event
-                async with ctx.scope():
+                async with ctx.scope(Boundary.MODEL):
                     event = await anext(events, None)
         finally:
             await _close(events)
@@ -502,7 +502,7 @@ async def run_governed(
     ctx = _governance_of(run_config, "run_config").ctx
     ctx.check(Boundary.MODEL)
     try:
-        async with ctx.scope():
+        async with ctx.scope(Boundary.MODEL):  # an agent run: its Model calls, as checked above
             result = await Runner.run(agent, input, run_config=run_config, **runner_kw)
     except BaseException as error:
         _finish(ctx, error)
@@ -531,7 +531,7 @@ async def run_governed_streamed(
     ctx.check(Boundary.MODEL)
     result = Runner.run_streamed(agent, input, run_config=run_config, **runner_kw)
     try:
-        async with ctx.scope():
+        async with ctx.scope(Boundary.MODEL):
             async for event in result.stream_events():
                 if on_event is not None:
                     handled = on_event(event)

@@ -215,7 +215,7 @@ class HarnessCapability(AbstractCapability[Any]):
         handler: WrapModelRequestHandler,
     ) -> ModelResponse:
         self.ctx.check(Boundary.MODEL)  # an ended run refuses the request before the scope does
-        async with self.ctx.scope():
+        async with self.ctx.scope(Boundary.MODEL):
             return await handler(request_context)
 
     def get_wrapper_model(self, model: Model) -> Model:
