@@ -424,6 +424,7 @@ def test_pydantic_ai_spans_get_the_harness_attributes_and_are_not_doubled(
     assert all(_parent_id(span) == run.context.span_id for span in (*chats, tool))
     assert tool.attributes is not None
     assert tool.attributes["gen_ai.tool.call.id"] == "call-42"
+    assert tool.attributes["gen_ai.tool.type"] == "function"  # pydantic-ai's span lacks it
     assert (tool.attributes[ATTEMPT_NUMBER], tool.attributes[ATTEMPT_OUTCOME]) == (1, "succeeded")
     key = f"tool:{ctx.run_id}:call-42"  # the Tool Call key HarnessCapability builds
     assert not any(key in value for value in _attribute_values(spans))

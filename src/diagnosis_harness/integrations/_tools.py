@@ -11,7 +11,11 @@ Theory of operation. A framework hands over a Tool call as a Tool name and its o
    attempt starts by reserving the Tool call with ``ctx.reserve_tool_call`` -- the run's deadline
    and outcome, the total and the per-Tool limits, in one decision of the run -- and the Tool
    starts right after it is granted;
-3. reserve the result's size in bytes against the run's byte budget (``ctx.reserve_bytes``).
+3. check the TOOL boundary again -- a deadline that passed while the Tool ran is the Tool
+   call's, not its result's -- and reserve the result's size in bytes against the run's byte
+   budget (``ctx.reserve_bytes``).
+
+The executor's journal names each call's Tool (``harness retry [tool_call] Tool 'logs': ...``).
 
 A Tool call is one reservation however many attempts its policy allows: the attempts are the same
 call, under the same key, which is what lets a Tool use the key for idempotency. A refusal at step

@@ -398,8 +398,10 @@ class CurrentSpan:
     def tool(
         self, number: int, error: BaseException | None, classify: Callable[[Exception], object]
     ) -> None:
-        """Set a Tool attempt's number and outcome on the current span: the framework's tool."""
+        """Set a Tool attempt's number and outcome on the current span: the framework's tool,
+        and its type (``function``), which the framework's span lacks (pydantic-ai's does)."""
         span = trace.get_current_span()
+        span.set_attribute(TOOL_TYPE, "function")
         span.set_attribute(ATTEMPT_NUMBER, number)
         if error is None:
             span.set_attribute(ATTEMPT_OUTCOME, AttemptOutcome.SUCCEEDED.value)
