@@ -53,7 +53,11 @@ def test_a_deadline_ending_is_stamped_with_the_reading_the_gate_took() -> None:
     observed = clock.readings[before:]
     assert observed == [termination.at_ns]  # one reading, and the ending carries it
     assert termination.at_ns >= ctx.deadline.instant_ns
-    assert f"now {termination.at_ns} ns" in termination.reason
+    # The reason is worded from the same reading: the first at or past the deadline, 0 ns late
+    # (a second reading, one nanosecond on, would read 0.000000001 s).
+    assert termination.at_ns == ctx.deadline.instant_ns
+    assert termination.reason == "deadline exceeded: 0 s past it when the TOOL boundary checked"
+    assert termination.boundary is Boundary.TOOL
 
 
 @pytest.mark.parametrize(

@@ -272,9 +272,16 @@ class RunContext:
         non_negative_int("output_tokens", output_tokens)
         self._run.record_token_usage(input_tokens, output_tokens, self.clock.monotonic_ns())
 
-    def scope(self) -> RunScope:
-        """``async with ctx.scope():`` -- the run's cancellation or deadline cancels this task."""
-        return RunScope(self)
+    def scope(self, boundary: Boundary = Boundary.GUARD) -> RunScope:
+        """``async with ctx.scope():`` -- the run's cancellation or deadline cancels this task.
+
+        ``boundary`` is the kind of work the block does (``Boundary.MODEL`` for a model
+        request): the gate the scope checks on entry, and the boundary a deadline its timer
+        finds passed is recorded at (``first seen when the MODEL boundary checked``).
+        """
+        if boundary.__class__ is not Boundary:
+            raise TypeError(f"boundary must be a Boundary, got {boundary!r}")
+        return RunScope(self, boundary)
 
     def __repr__(self) -> str:
         return (

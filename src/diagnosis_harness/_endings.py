@@ -30,6 +30,7 @@ __all__ = [
     "Ending",
     "FinishResult",
     "RunTermination",
+    "deadline_reason",
     "ending_of",
     "ending_of_cancel",
     "error_for",
@@ -56,11 +57,20 @@ class CancellationReason(enum.Enum):
 @final
 @dataclass(frozen=True, slots=True)
 class RunTermination:
-    """The run's one terminal outcome: recorded once, never replaced."""
+    """The run's one terminal outcome: recorded once, never replaced.
+
+    ``boundary`` is the boundary at which the harness decided the ending -- the one whose
+    reservation passed a limit, or that read the clock past the deadline -- and ``None`` for an
+    ending decided elsewhere (``succeed``, ``fail``, ``cancel``) or by a backend that does not
+    record it. It is the boundary a refusal's message names first, whichever boundary refuses
+    later work: a per-Tool limit reached inside an agent framework reads ``TOOL boundary
+    refused: ...`` even when the framework's next model request is what raises it.
+    """
 
     state: RunState
     reason: str
     at_ns: int  # the run clock's reading at the instant the ending was decided
+    boundary: Boundary | None = None
 
 
 @final
@@ -132,6 +142,25 @@ _BY_EVENT: Mapping[LifecycleEvent, Ending] = MappingProxyType({e.event: e for e 
 _BY_SIGNAL: dict[CancellationReason | None, Ending] = {
     e.signal: e for e in _ROWS if e.signal not in (None, CancellationReason.RUN_FINISHED)
 }
+
+
+def seconds_text(ns: int) -> str:
+    """``ns`` (>= 0) nanoseconds in seconds, as a person reads them: to the millisecond
+    (``1.716 s``, truncated), or exactly below one millisecond (``0.0000002 s``, ``0 s``)."""
+    whole, fraction = divmod(ns, 1_000_000_000)
+    if ns >= 1_000_000:
+        return f"{whole}.{fraction // 1_000_000:03d} s"
+    return f"0.{fraction:09d}".rstrip("0").rstrip(".") + " s"
+
+
+def deadline_reason(now_ns: int, deadline_ns: int, boundary: Boundary) -> str:
+    """The reason a run that ``boundary`` found at or past its deadline records (``TIMED_OUT``).
+
+    It says how far past, in seconds, and which boundary looked; the instants themselves are
+    the termination's ``at_ns`` and the run's ``deadline.instant_ns``.
+    """
+    late = seconds_text(now_ns - deadline_ns)
+    return f"deadline exceeded: {late} past it when the {boundary.name} boundary checked"
 
 
 def ending_of(event: LifecycleEvent) -> Ending:

@@ -105,13 +105,24 @@ class RunTerminated(HarnessError):
     ``termination`` is the run's one terminal outcome (the same object every time), ``boundary``
     the gate that refused the work, or ``None`` when the refusal did not come from a gate.
     Catch this class to handle every way a run can end; its subclasses say which way it ended.
+
+    The message names the boundary at which the run ended (``termination.boundary``), whichever
+    gate refuses later work (``boundary`` says which): a per-Tool limit reads ``TOOL boundary
+    refused: run is BUDGET_EXHAUSTED (per_tool_calls limit ...)`` also when an agent framework's
+    next Model call is what raises it. An ending decided outside any boundary (``cancel``,
+    ``succeed``, ``fail``) names the refusing gate.
     """
 
     def __init__(self, termination: RunTermination, boundary: Boundary | None = None) -> None:
         self.termination = termination
         self.boundary = boundary
-        where = f"{boundary.name} boundary refused: " if boundary is not None else ""
-        super().__init__(f"{where}run is {termination.state.name} ({termination.reason})")
+        super().__init__(_refusal_message(termination, boundary))
+
+
+def _refusal_message(termination: RunTermination, boundary: Boundary | None) -> str:
+    ending = f"run is {termination.state.name} ({termination.reason})"
+    where = boundary if termination.boundary is None else termination.boundary
+    return ending if where is None else f"{where.name} boundary refused: {ending}"
 
 
 @final

@@ -128,36 +128,45 @@ class AttemptRecord:
 @final
 @dataclass(frozen=True, slots=True)
 class ExecutionRecord:
-    """One ``execute``: its attempts, why it stopped, and the run's termination if that was why."""
+    """One ``execute``: its attempts, why it stopped, and the run's termination if that was why.
+
+    ``subject`` names what was executed (``Tool 'lookup'`` for a governed Tool call), or is
+    ``None`` when the caller gave no name (:meth:`HarnessRetryExecutor.execute`).
+    """
 
     policy: str
     attempts: tuple[AttemptRecord, ...]
     stop: StopReason
     state: RetryState
     termination: RunTermination | None = None
+    subject: str | None = None
 
     def describe(self) -> str:
+        """One line: ``harness retry [policy] subject: attempt 1 failed (KIND); ...; stop: X``."""
         parts = [
             f"attempt {a.number} {a.outcome.value}"
             + (f" ({a.failure.name})" if a.failure is not None else "")
             for a in self.attempts
         ]
         attempts = "; ".join(parts) or "no attempt"
-        return f"harness retry [{self.policy}]: {attempts}; stop: {self.stop.name}"
+        what = f"[{self.policy}]" if self.subject is None else f"[{self.policy}] {self.subject}"
+        return f"harness retry {what}: {attempts}; stop: {self.stop.name}"
 
 
 # Executions are kept raw and turned into ExecutionRecords when read (docs/performance.md says
 # why). A raw execution is one flat tuple of str, int and None, enum members by name: (policy,
-# stop, state, termination), then (number, outcome, failure, started_ns, ended_ns) for each
-# attempt. The cyclic GC stops tracking such a tuple at its first collection, so a long history
+# subject, stop, state, termination), then (number, outcome, failure, started_ns, ended_ns) for
+# each attempt. The cyclic GC stops tracking such a tuple at its first collection, so a long history
 # costs it nothing. A termination keeps its record tracked, which is fine: a run ends once.
 _Field = int | str | None
 _RawExecution = tuple["_Field | RunTermination", ...]
 
 
 def _materialize(raw: _RawExecution) -> ExecutionRecord:
-    policy, stop, state, termination = cast("tuple[str, str, str, RunTermination | None]", raw[:4])
-    fields = cast("Iterator[Any]", iter(raw[4:]))
+    policy, subject, stop, state, termination = cast(
+        "tuple[str, str | None, str, str, RunTermination | None]", raw[:5]
+    )
+    fields = cast("Iterator[Any]", iter(raw[5:]))
     attempts = tuple(
         AttemptRecord(
             policy,
@@ -171,7 +180,9 @@ def _materialize(raw: _RawExecution) -> ExecutionRecord:
             fields, fields, fields, fields, fields, strict=True
         )
     )
-    return ExecutionRecord(policy, attempts, StopReason[stop], RetryState[state], termination)
+    return ExecutionRecord(
+        policy, attempts, StopReason[stop], RetryState[state], termination, subject
+    )
 
 
 @final
@@ -209,6 +220,17 @@ class Backoff:
         if self.jitter and base:
             base -= base * self.jitter * random.random()
         return base
+
+
+def _subject(subject: object) -> str:
+    """``subject`` if it can name what an execution ran, else a clear error."""
+    if type(subject) is not str:
+        raise TypeError(f"subject must be a str naming what is executed, got {subject!r}")
+    if not subject.strip():
+        raise ValueError(
+            f"subject must be a non-blank str naming what is executed, got {subject!r}"
+        )
+    return subject
 
 
 def _is_coroutine_function(fn: Callable[..., object]) -> bool:
@@ -329,6 +351,29 @@ class HarnessRetryExecutor:
         Returns the first successful attempt's result; re-raises the last attempt's own exception
         or the gate's ``RunTerminated``.
         """
+        return self._execute(None, policy, fn, args, kwargs)
+
+    def execute_named(
+        self,
+        subject: str,
+        policy: RetryPolicy | str,
+        fn: Callable[P, T],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """:meth:`execute`, its :class:`ExecutionRecord` naming ``subject``: what ran, as the
+        journal should say it (``Tool 'lookup'``). ``subject`` is a non-blank ``str``."""
+        return self._execute(_subject(subject), policy, fn, args, kwargs)
+
+    def _execute(
+        self,
+        subject: str | None,
+        policy: RetryPolicy | str,
+        fn: Callable[..., T],
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
+    ) -> T:
         if type(policy) is not RetryPolicy:
             policy = self._policy(policy)
         if not callable(fn):
@@ -343,7 +388,7 @@ class HarnessRetryExecutor:
             try:
                 ctx.check(_RETRY)
             except RunTerminated as stopped:
-                self._stopped(policy, attempts, _step(state, _STOP), stopped)
+                self._stopped(policy, subject, attempts, _step(state, _STOP), stopped)
                 raise
             state = _step(state, _ATTEMPT)
             number += 1
@@ -351,7 +396,7 @@ class HarnessRetryExecutor:
             try:
                 result = fn(*args, **kwargs)
             except BaseException as error:
-                delay = self._failed(policy, attempts, number, started, error)
+                delay = self._failed(policy, subject, attempts, number, started, error)
                 if delay is None:
                     raise
                 state = _AWAITING
@@ -359,7 +404,7 @@ class HarnessRetryExecutor:
                     try:
                         pause(ctx, delay)
                     except BaseException as interrupt:  # Ctrl-C during the wait: keep the record
-                        self._interrupted(policy, attempts, interrupt)
+                        self._interrupted(policy, subject, attempts, interrupt)
                         raise
                 continue
             if isinstance(result, CoroutineType):  # an async function: its body never ran
@@ -367,7 +412,7 @@ class HarnessRetryExecutor:
                 raise TypeError(f"{fn!r} returned a coroutine: use execute_async")
             attempts.extend((number, _SUCCEEDED, None, started, now()))
             ended = _NAME_OF[_step(state, _SUCCEED)]
-            self._raw.append((policy.name, _STOP_SUCCEEDED, ended, None, *attempts))
+            self._raw.append((policy.name, subject, _STOP_SUCCEEDED, ended, None, *attempts))
             return result
 
     async def execute_async(
@@ -379,6 +424,28 @@ class HarnessRetryExecutor:
         **kwargs: P.kwargs,
     ) -> T:
         """``await fn(*args, **kwargs)`` under ``policy``; waits between attempts do not block."""
+        return await self._execute_async(None, policy, fn, args, kwargs)
+
+    async def execute_named_async(
+        self,
+        subject: str,
+        policy: RetryPolicy | str,
+        fn: Callable[P, Awaitable[T]],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """:meth:`execute_async`, its :class:`ExecutionRecord` naming ``subject``."""
+        return await self._execute_async(_subject(subject), policy, fn, args, kwargs)
+
+    async def _execute_async(
+        self,
+        subject: str | None,
+        policy: RetryPolicy | str,
+        fn: Callable[..., Awaitable[T]],
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
+    ) -> T:
         if type(policy) is not RetryPolicy:
             policy = self._policy(policy)
         if not callable(fn):
@@ -391,7 +458,7 @@ class HarnessRetryExecutor:
             try:
                 ctx.check(_RETRY)
             except RunTerminated as stopped:
-                self._stopped(policy, attempts, _step(state, _STOP), stopped)
+                self._stopped(policy, subject, attempts, _step(state, _STOP), stopped)
                 raise
             state = _step(state, _ATTEMPT)
             number += 1
@@ -402,7 +469,7 @@ class HarnessRetryExecutor:
                     raise TypeError(f"fn must return an awaitable, got {awaitable!r}: use execute")
                 result = await awaitable
             except BaseException as error:
-                delay = self._failed(policy, attempts, number, started, error)
+                delay = self._failed(policy, subject, attempts, number, started, error)
                 if delay is None:
                     raise
                 state = _AWAITING
@@ -410,19 +477,20 @@ class HarnessRetryExecutor:
                     try:
                         await pause_async(ctx, delay)
                     except BaseException as interrupt:  # the task was cancelled during the wait
-                        self._interrupted(policy, attempts, interrupt)
+                        self._interrupted(policy, subject, attempts, interrupt)
                         raise
                 continue
             attempts.extend((number, _SUCCEEDED, None, started, now()))
             ended = _NAME_OF[_step(state, _SUCCEED)]
-            self._raw.append((policy.name, _STOP_SUCCEEDED, ended, None, *attempts))
+            self._raw.append((policy.name, subject, _STOP_SUCCEEDED, ended, None, *attempts))
             return result
 
     # -- helpers ----------------------------------------------------------------------------------
 
-    def _failed(
+    def _failed(  # noqa: PLR0917 - one attempt's facts, all recorded
         self,
         policy: RetryPolicy,
+        subject: str | None,
         attempts: list[_Field],
         number: int,
         started: int,
@@ -432,14 +500,15 @@ class HarnessRetryExecutor:
         if not isinstance(error, Exception):  # CancelledError, KeyboardInterrupt, SystemExit
             attempts.extend((number, _INTERRUPTED, None, started, self._now()))
             target = _step(_ATTEMPTING, _FAIL, False)
-            _attach(error, self._store(policy, attempts, StopReason.INTERRUPTED, target))
+            _attach(error, self._store(policy, subject, attempts, StopReason.INTERRUPTED, target))
             return None
         try:
             kind = self.classify(error)
         except Exception as broken:  # a classifier bug: the attempt still happened; record it
             attempts.extend((number, _FAILED, FailureKind.UNKNOWN.name, started, self._now()))
             target = _step(_ATTEMPTING, _FAIL, False)
-            _attach(broken, self._store(policy, attempts, StopReason.NOT_RETRYABLE, target))
+            record = self._store(policy, subject, attempts, StopReason.NOT_RETRYABLE, target)
+            _attach(broken, record)
             raise broken from error
         allowed = policy.may_retry(kind, number)
         attempts.extend((number, _FAILED, kind.name, started, self._now()))
@@ -450,34 +519,43 @@ class HarnessRetryExecutor:
         stop = (
             StopReason.ATTEMPTS_EXHAUSTED if kind in policy.retryable else StopReason.NOT_RETRYABLE
         )
-        _attach(error, self._store(policy, attempts, stop, target))
+        _attach(error, self._store(policy, subject, attempts, stop, target))
         return None
 
     def _interrupted(
-        self, policy: RetryPolicy, attempts: list[_Field], interrupt: BaseException
+        self,
+        policy: RetryPolicy,
+        subject: str | None,
+        attempts: list[_Field],
+        interrupt: BaseException,
     ) -> None:
         """A BaseException while awaiting a retry: the loop stops there (AWAITING_RETRY -> stop)."""
         target = _step(_AWAITING, _STOP)
-        _attach(interrupt, self._store(policy, attempts, StopReason.INTERRUPTED, target))
+        _attach(interrupt, self._store(policy, subject, attempts, StopReason.INTERRUPTED, target))
 
     def _stopped(
-        self, policy: RetryPolicy, attempts: list[_Field], state: RetryState, stopped: RunTerminated
-    ) -> None:
-        record = self._store(
-            policy, attempts, StopReason.RUN_TERMINATED, state, stopped.termination
-        )
-        _attach(stopped, record)
-
-    def _store(
         self,
         policy: RetryPolicy,
+        subject: str | None,
+        attempts: list[_Field],
+        state: RetryState,
+        stopped: RunTerminated,
+    ) -> None:
+        stop = StopReason.RUN_TERMINATED
+        record = self._store(policy, subject, attempts, stop, state, stopped.termination)
+        _attach(stopped, record)
+
+    def _store(  # noqa: PLR0917 - the fields of one execution record
+        self,
+        policy: RetryPolicy,
+        subject: str | None,
         attempts: list[_Field],
         stop: StopReason,
         state: RetryState,
         termination: RunTermination | None = None,
     ) -> ExecutionRecord:
         """Keep a failed or stopped execution and build its record now, to attach it."""
-        raw = (policy.name, stop.name, _NAME_OF[state], termination, *attempts)
+        raw = (policy.name, subject, stop.name, _NAME_OF[state], termination, *attempts)
         self._raw.append(raw)
         return _materialize(raw)
 

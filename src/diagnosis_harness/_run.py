@@ -23,7 +23,14 @@ from . import _checkpoint
 from ._boundary import Boundary
 from ._cancellation import CancelSignal, Pending
 from ._checkpoint import checkpoint
-from ._endings import FinishResult, RunTermination, ending_of, ending_of_cancel, error_for
+from ._endings import (
+    FinishResult,
+    RunTermination,
+    deadline_reason,
+    ending_of,
+    ending_of_cancel,
+    error_for,
+)
 from ._generated.tables import BUDGET, LIFECYCLE, BudgetEvent, BudgetState, LifecycleEvent, RunState
 from ._limits import BudgetDimension, BudgetLimits, BudgetUsage
 
@@ -35,6 +42,20 @@ __all__ = ["LocalRun"]
 
 _RESERVE = BudgetEvent.RESERVE
 _RECORD_USAGE = BudgetEvent.RECORD_USAGE
+
+# The boundary at which each limit is reached: the reservation it refuses, or, for tokens, the
+# Model call whose reported usage passed it. A termination records it; messages name it first.
+_BOUNDARY_OF = MappingProxyType(
+    {
+        BudgetDimension.MODEL_CALLS: Boundary.MODEL,
+        BudgetDimension.TOOL_CALLS: Boundary.TOOL,
+        BudgetDimension.PER_TOOL_CALLS: Boundary.TOOL,
+        BudgetDimension.INPUT_TOKENS: Boundary.MODEL,
+        BudgetDimension.OUTPUT_TOKENS: Boundary.MODEL,
+        BudgetDimension.TOTAL_TOKENS: Boundary.MODEL,
+        BudgetDimension.RUN_BYTES: Boundary.CAPACITY,
+    }
+)
 
 
 @final
@@ -316,21 +337,26 @@ class LocalRun:
             return None  # exhausted already; the run ended then
         self._exhausted = dimension
         reason = f"{dimension.value} limit {detail}"
-        return self._end_locked(LifecycleEvent.EXHAUST_BUDGET, reason, now_ns)
+        boundary = _BOUNDARY_OF[dimension]
+        return self._end_locked(LifecycleEvent.EXHAUST_BUDGET, reason, now_ns, boundary)
 
     def _time_out_locked(self, boundary: Boundary, now_ns: int) -> Pending | None:
         """A boundary saw the run not live: it ended, or ``now_ns`` is past the deadline."""
         if self._termination is not None:
             return None
-        reason = (
-            f"deadline exceeded: now {now_ns} ns >= deadline {self._deadline_ns} ns, "
-            f"first seen at the {boundary.name} boundary"
-        )
-        return self._end_locked(LifecycleEvent.TIME_OUT, reason, now_ns)
+        reason = deadline_reason(now_ns, self._deadline_ns, boundary)
+        return self._end_locked(LifecycleEvent.TIME_OUT, reason, now_ns, boundary)
 
-    def _end_locked(self, event: LifecycleEvent, reason: str, at_ns: int) -> Pending | None:
+    def _end_locked(
+        self,
+        event: LifecycleEvent,
+        reason: str,
+        at_ns: int,
+        boundary: Boundary | None = None,
+    ) -> Pending | None:
         """Record the ending ``event`` leads to and take the callbacks its signal releases.
 
+        ``boundary`` is where the harness decided it (``None`` for finish and cancel).
         ``None`` when the run had already ended (the event is absorbed); otherwise the callbacks
         to deliver (empty when the run was already signalled, as by ``cancel()``).
         """
@@ -339,7 +365,7 @@ class LocalRun:
             return None
         checkpoint("lifecycle")  # between reading the state and writing it
         self._state = row.target
-        self._termination = RunTermination(row.target, reason, at_ns)
+        self._termination = RunTermination(row.target, reason, at_ns, boundary)
         signal = ending_of(event).signal
         pending = None if signal is None else self._signal.signal(signal)
         return [] if pending is None else pending

@@ -49,6 +49,7 @@ class RunScope:
     """
 
     __slots__ = (
+        "_boundary",
         "_cancel_requested",
         "_ctx",
         "_entered",
@@ -58,8 +59,9 @@ class RunScope:
         "_timer",
     )
 
-    def __init__(self, ctx: RunContext) -> None:
+    def __init__(self, ctx: RunContext, boundary: Boundary = Boundary.GUARD) -> None:
         self._ctx = ctx
+        self._boundary = boundary  # the block's kind of work: its gate, and the deadline's
         self._entered = False
         self._cancel_requested = False
         self._task: asyncio.Task[object] | None = None
@@ -77,7 +79,7 @@ class RunScope:
         self._task = task
         self._loop = asyncio.get_running_loop()
         # Raises at once if the run is already over: the block never starts.
-        self._ctx.check(Boundary.GUARD)
+        self._ctx.check(self._boundary)
         self._registration = self._ctx.cancellation.register(self._on_cancel)
         self._arm()
         return self
@@ -127,7 +129,7 @@ class RunScope:
 
     def _on_timer(self) -> None:
         try:
-            self._ctx.check(Boundary.GUARD)  # records TIMED_OUT if the clock says so
+            self._ctx.check(self._boundary)  # records TIMED_OUT if the clock says so
         except RunTerminated:
             self._cancel_task()  # the cancellation callback will also ask; asking twice is a no-op
             return

@@ -78,7 +78,9 @@ class Reply:
     for OpenAI), which the SDKs read and skip -- each one restarts the client's read timeout, so
     only the run's deadline can end the stall. ``chunks`` is how many pieces a streamed text is cut
     into. ``cache_read_tokens`` is Anthropic's ``cache_read_input_tokens`` (reported apart from
-    ``input_tokens``); OpenAI counts cached tokens inside ``prompt_tokens``.
+    ``input_tokens``); OpenAI counts cached tokens inside ``prompt_tokens``. ``model`` is the
+    model the answer names (the requested one by default; a provider may answer with a dated
+    snapshot), ``id`` the answer's ID (``chatcmpl-loopback`` / ``msg_loopback`` by default).
     """
 
     text: str = ANSWER
@@ -93,6 +95,8 @@ class Reply:
     stall_after_events: int | None = None
     ping_every: float | None = None
     chunks: int = 3
+    model: str | None = None
+    id: str | None = None
 
 
 @final
@@ -272,7 +276,7 @@ def _openai_completion(reply: Reply, model: str) -> dict[str, object]:
     if reply.tool_calls:
         message["tool_calls"] = _openai_tool_calls(reply)
     body: dict[str, object] = {
-        "id": "chatcmpl-loopback",
+        "id": reply.id or "chatcmpl-loopback",
         "object": "chat.completion",
         "created": 0,
         "model": model,
@@ -333,7 +337,7 @@ def _stop_reason(reply: Reply) -> str:
 
 def _anthropic_message(reply: Reply, model: str) -> dict[str, object]:
     body: dict[str, object] = {
-        "id": "msg_loopback",
+        "id": reply.id or "msg_loopback",
         "type": "message",
         "role": "assistant",
         "model": model,
@@ -419,7 +423,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(seen, reply)
 
     def _answer(self, seen: SeenRequest, reply: Reply) -> None:
-        model = str(seen.body.get("model", "loopback-model"))
+        model = reply.model or str(seen.body.get("model", "loopback-model"))
         if seen.path not in (OPENAI_PATH, ANTHROPIC_PATH):
             self._json(404, _error_body(seen.path, 404))
         elif reply.status != 200:

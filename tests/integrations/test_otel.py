@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+import anthropic
 import openai
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -29,6 +30,7 @@ from diagnosis_harness import (
     RunContext,
 )
 from diagnosis_harness.integrations import (
+    AsyncGovernedAnthropic,
     AsyncGovernedOpenAI,
     GovernedOpenAI,
     GovernedTools,
@@ -43,7 +45,7 @@ from diagnosis_harness.integrations.otel import (
     HarnessTracing,
 )
 
-from .loopback import ANSWER, LoopbackServer, Reply
+from .loopback import ANSWER, LoopbackServer, Reply, ToolCall
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -181,6 +183,104 @@ def test_the_parent_is_the_one_given_never_the_current_span(
     assert TERMINATION_STATE not in (run.attributes or {})  # the run has not ended
 
 
+# -- the GenAI conventions' attributes, read off the real SDK clients and their answers -----------
+
+
+def test_spans_name_the_conversation_provider_server_and_the_answer_the_provider_gave(
+    loopback: LoopbackServer, tracer: Tracer, exporter: InMemorySpanExporter
+) -> None:
+    ctx = _run()
+    # The provider answers with a dated snapshot of the model asked for, as OpenAI does: the span
+    # reports both, each from where it comes (the request, the answer).
+    loopback.script(Reply(status=500), Reply(model="gpt-test-2026-01-01", id="chatcmpl-7f3a"))
+    with (
+        HarnessTracing(tracer).run(ctx, "diagnosis", provider="openai") as tracing,
+        openai.OpenAI(api_key=KEY, base_url=loopback.openai_url, max_retries=0) as client,
+    ):
+        governed = GovernedOpenAI(client, ctx, policy="intent_router", tracing=tracing)
+        governed.create(model="gpt-test", messages=[{"role": "user", "content": "why?"}])
+
+    spans = exporter.get_finished_spans()
+    [run] = _named(spans, "invoke_agent")
+    failed, answered = (dict(span.attributes or {}) for span in _named(spans, "chat"))
+    assert run.attributes is not None
+    assert run.attributes["gen_ai.provider.name"] == "openai"
+    assert run.attributes["gen_ai.conversation.id"] == ctx.session_id == "s-1"
+    port = loopback.server_port
+    for chat in (failed, answered):  # where the request went is known before any answer
+        assert (chat["server.address"], chat["server.port"]) == ("127.0.0.1", port)
+        assert chat["gen_ai.request.model"] == "gpt-test"
+    assert not any(name.startswith("gen_ai.response.") for name in failed)  # no answer: a 500
+    assert answered["gen_ai.response.model"] == "gpt-test-2026-01-01"
+    assert answered["gen_ai.response.id"] == "chatcmpl-7f3a"
+    assert answered["gen_ai.response.finish_reasons"] == ("stop",)
+
+
+def test_an_anthropic_chat_span_reports_its_stop_reason_and_server(
+    loopback: LoopbackServer, tracer: Tracer, exporter: InMemorySpanExporter
+) -> None:
+    ctx = _run()
+    call = ToolCall("logs", {"service": "db"}, "toolu_1")
+    loopback.script(Reply(text="", tool_calls=(call,), model="claude-test-1", id="msg_01XY"))
+
+    async def ask() -> None:
+        async with anthropic.AsyncAnthropic(
+            api_key=KEY, base_url=loopback.url, max_retries=0
+        ) as client:
+            with HarnessTracing(tracer).run(ctx, "diagnosis") as tracing:
+                governed = AsyncGovernedAnthropic(
+                    client, ctx, policy="intent_router", tracing=tracing
+                )
+                await governed.create(
+                    model="claude-test", max_tokens=64, messages=[{"role": "user", "content": "?"}]
+                )
+
+    asyncio.run(ask())
+    spans = exporter.get_finished_spans()
+    [run] = _named(spans, "invoke_agent")
+    [chat] = _named(spans, "chat")
+    assert "gen_ai.provider.name" not in (run.attributes or {})  # not given: not guessed
+    assert chat.attributes is not None
+    assert chat.attributes["gen_ai.provider.name"] == "anthropic"
+    port = loopback.server_port
+    assert (chat.attributes["server.address"], chat.attributes["server.port"]) == (
+        "127.0.0.1",
+        port,
+    )
+    assert chat.attributes["gen_ai.response.model"] == "claude-test-1"
+    assert chat.attributes["gen_ai.response.id"] == "msg_01XY"
+    assert chat.attributes["gen_ai.response.finish_reasons"] == ("tool_use",)
+
+
+def test_a_stream_s_chat_span_reports_no_answer_it_has_not_seen(
+    loopback: LoopbackServer, tracer: Tracer, exporter: InMemorySpanExporter
+) -> None:
+    ctx = _run()
+    loopback.script(Reply(model="gpt-test-2026-01-01"))
+    with (
+        HarnessTracing(tracer).run(ctx, "diagnosis") as tracing,
+        openai.OpenAI(api_key=KEY, base_url=loopback.openai_url, max_retries=0) as client,
+    ):
+        governed = GovernedOpenAI(client, ctx, policy="intent_router", tracing=tracing)
+        with governed.stream(model="gpt-test", messages=[{"role": "user", "content": "?"}]) as s:
+            assert {chunk.model for chunk in s} == {"gpt-test-2026-01-01"}
+    [chat] = _named(exporter.get_finished_spans(), "chat")
+    assert chat.attributes is not None
+    assert chat.attributes[ATTEMPT_OUTCOME] == "succeeded"  # the stream opened
+    assert not any(name.startswith("gen_ai.response.") for name in chat.attributes)
+    assert chat.attributes["server.address"] == "127.0.0.1"
+
+
+def test_the_provider_of_a_run_span_is_a_non_blank_str(tracer: Tracer) -> None:
+    ctx = _run()
+    for bad in (" ", 7):
+        with (
+            pytest.raises(ValueError, match="provider must be a non-blank str"),
+            HarnessTracing(tracer).run(ctx, "diagnosis", provider=bad),  # type: ignore[arg-type]  # wrong on purpose
+        ):
+            pass
+
+
 # -- a governed Tool call: one execute_tool span, no Tool Call key anywhere -----------------------
 
 
@@ -200,6 +300,7 @@ def test_a_tool_call_span_carries_the_call_id_never_its_key(
     assert tool.attributes is not None
     assert tool.attributes["gen_ai.operation.name"] == "execute_tool"
     assert tool.attributes["gen_ai.tool.name"] == "logs"
+    assert tool.attributes["gen_ai.tool.type"] == "function"
     assert tool.attributes["gen_ai.tool.call.id"] == "call-42"
     assert (tool.attributes[ATTEMPT_NUMBER], tool.attributes[ATTEMPT_OUTCOME]) == (1, "succeeded")
     assert not any(key in value for value in _attribute_values(spans))
@@ -356,6 +457,7 @@ def test_pydantic_ai_spans_get_the_harness_attributes_and_are_not_doubled(
     assert all(_parent_id(span) == run.context.span_id for span in (*chats, tool))
     assert tool.attributes is not None
     assert tool.attributes["gen_ai.tool.call.id"] == "call-42"
+    assert tool.attributes["gen_ai.tool.type"] == "function"  # pydantic-ai's span lacks it
     assert (tool.attributes[ATTEMPT_NUMBER], tool.attributes[ATTEMPT_OUTCOME]) == (1, "succeeded")
     key = f"tool:{ctx.run_id}:call-42"  # the Tool Call key HarnessCapability builds
     assert not any(key in value for value in _attribute_values(spans))
@@ -438,7 +540,10 @@ def test_an_openai_agents_run_has_chat_and_tool_spans_under_the_run_span(
     assert [span.name for span in chats] == ["chat loopback-model"] * 2
     last = chats[-1].attributes or {}
     assert (last["gen_ai.usage.input_tokens"], last["gen_ai.usage.output_tokens"]) == (12, 3)
+    # The SDK's Chat Completions model keeps no response ID: none is made up.
+    assert "gen_ai.response.id" not in last
     assert (tool.attributes or {})["gen_ai.tool.call.id"] == "call_logs_0"
+    assert (tool.attributes or {})["gen_ai.tool.type"] == "function"
     assert (run.attributes or {})[TERMINATION_STATE] == "SUCCESS"
     key = f"tool:{ctx.run_id}:call_logs_0"
     assert not any(key in value for value in _attribute_values(spans))

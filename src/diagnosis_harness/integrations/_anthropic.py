@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, final
 
+from ._chat import ChatResponse
 from ._classify import classify_anthropic
 from ._governed import (
     AsyncGovernedStream,
@@ -51,6 +52,16 @@ def _usage_of(message: Message) -> TokenUsage | None:
     if input_tokens is None:
         return None
     return TokenUsage(input_tokens, usage.output_tokens)
+
+
+def _response_of(result: object) -> ChatResponse | None:
+    """What an Anthropic message says of itself; ``None`` for an opened stream."""
+    from anthropic.types import Message  # noqa: PLC0415 - loaded: the SDK answered
+
+    if not isinstance(result, Message):
+        return None
+    reasons = () if result.stop_reason is None else (result.stop_reason,)
+    return ChatResponse(model=result.model, id=result.id, finish_reasons=reasons)
 
 
 @final
@@ -100,6 +111,7 @@ _ANTHROPIC = Sdk(
     call_name="anthropic messages.create",
     required=("model", "messages", "max_tokens"),
     endpoint=lambda client: client.messages.create,
+    response_of=_response_of,
 )
 
 

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from .._retry import Classifier
+    from ._chat import ChatResponse, Server
     from .otel import HarnessTracing
 
 __all__ = [
@@ -122,7 +123,16 @@ class Governance:
     Validated once, when the wrapper is built, so a bad argument is an error before any request.
     """
 
-    __slots__ = ("ctx", "executor", "policy", "provider", "request_timeout", "tracing")
+    __slots__ = (
+        "ctx",
+        "executor",
+        "policy",
+        "provider",
+        "request_timeout",
+        "response_of",
+        "server",
+        "tracing",
+    )
 
     def __init__(
         self,
@@ -134,6 +144,8 @@ class Governance:
         classifier: Classifier,
         tracing: HarnessTracing | None = None,
         provider: str = "",
+        server: Server | None = None,
+        response_of: Callable[[Any], ChatResponse | None] | None = None,
     ) -> None:
         if type(ctx) is not RunContext:
             raise TypeError(f"ctx must be a RunContext, got {ctx!r}")
@@ -158,6 +170,8 @@ class Governance:
             check_tracing(tracing)
         self.tracing = tracing
         self.provider = provider  # gen_ai.provider.name of the chat spans
+        self.server = server  # server.address and server.port of the chat spans
+        self.response_of = response_of  # gen_ai.response.* of the chat spans
 
     def timeout(self, client_timeout: object) -> object:
         """The request's ``timeout=``: the client's (or ``request_timeout``), cut to the deadline.
@@ -218,7 +232,7 @@ class GovernedCall:
     async def send_in_scope(self, timeout: object) -> Any:
         """``await send(timeout)`` in ``ctx.scope()``; after a failure, the run's ending wins."""
         try:
-            async with self.gov.ctx.scope():
+            async with self.gov.ctx.scope(Boundary.MODEL):
                 return await self.send(timeout)
         except Exception:
             self.gov.ended_wins()
@@ -241,6 +255,8 @@ class GovernedCall:
                 model=str(self.model),
                 classify=gov.executor.classify,
                 usage_of=usage_of,
+                response_of=gov.response_of,
+                server=gov.server,
             )
         return gov.executor.execute(gov.policy, attempt)
 
@@ -258,6 +274,8 @@ class GovernedCall:
                 model=str(self.model),
                 classify=gov.executor.classify,
                 usage_of=usage_of,
+                response_of=gov.response_of,
+                server=gov.server,
             )
         return await gov.executor.execute_async(gov.policy, attempt)
 
@@ -623,7 +641,7 @@ class AsyncGovernedStream(Generic[C]):
         if self._done:
             raise StopAsyncIteration
         try:
-            async with self._gov.ctx.scope():
+            async with self._gov.ctx.scope(Boundary.MODEL):
                 chunk = await self._iterator.__anext__()
         except StopAsyncIteration:
             await self._finish()

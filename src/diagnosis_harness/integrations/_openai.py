@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, final
 
+from ._chat import ChatResponse
 from ._classify import classify_openai
 from ._governed import (
     AsyncGovernedStream,
@@ -36,6 +37,16 @@ def _usage_of(completion: ChatCompletion) -> TokenUsage | None:
     if usage is None:
         return None
     return TokenUsage(usage.prompt_tokens, usage.completion_tokens)
+
+
+def _response_of(result: object) -> ChatResponse | None:
+    """What a Chat Completion says of itself; ``None`` for an opened stream."""
+    from openai.types.chat import ChatCompletion  # noqa: PLC0415 - loaded: the SDK answered
+
+    if not isinstance(result, ChatCompletion):
+        return None
+    reasons = tuple(choice.finish_reason for choice in result.choices)
+    return ChatResponse(model=result.model, id=result.id, finish_reasons=reasons)
 
 
 @final
@@ -81,6 +92,7 @@ _OPENAI = Sdk(
     required=("model", "messages"),
     endpoint=lambda client: client.chat.completions.create,
     stream_params=_stream_params,
+    response_of=_response_of,
 )
 
 

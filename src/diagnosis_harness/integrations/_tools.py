@@ -11,7 +11,11 @@ Theory of operation. A framework hands over a Tool call as a Tool name and its o
    attempt starts by reserving the Tool call with ``ctx.reserve_tool_call`` -- the run's deadline
    and outcome, the total and the per-Tool limits, in one decision of the run -- and the Tool
    starts right after it is granted;
-3. reserve the result's size in bytes against the run's byte budget (``ctx.reserve_bytes``).
+3. check the TOOL boundary again -- a deadline that passed while the Tool ran is the Tool
+   call's, not its result's -- and reserve the result's size in bytes against the run's byte
+   budget (``ctx.reserve_bytes``).
+
+The executor's journal names each call's Tool (``harness retry [tool_call] Tool 'logs': ...``).
 
 A Tool call is one reservation however many attempts its policy allows: the attempts are the same
 call, under the same key, which is what lets a Tool use the key for idempotency. A refusal at step
@@ -25,6 +29,7 @@ import inspect
 import json
 from typing import TYPE_CHECKING, ParamSpec, TypeVar, final
 
+from .._boundary import Boundary
 from .._context import RunContext
 from .._keys import ToolCallKeyFactory
 from .._retry import HarnessRetryExecutor
@@ -188,7 +193,9 @@ class GovernedTools:
             return fn(*args, **kwargs)
 
         def run(attempt: Callable[[], T]) -> T:
-            result = self._executor.execute(self._policy, attempt)
+            subject = f"Tool {tool!r}"
+            result = self._executor.execute_named(subject, self._policy, attempt)
+            self._ctx.check(Boundary.TOOL)  # a deadline passed while it ran: the Tool's, not bytes'
             self.record_result(result)
             return result
 
@@ -217,7 +224,9 @@ class GovernedTools:
             return await fn(*args, **kwargs)
 
         async def run(attempt: Callable[[], Awaitable[T]]) -> T:
-            result = await self._executor.execute_async(self._policy, attempt)
+            subject = f"Tool {tool!r}"
+            result = await self._executor.execute_named_async(subject, self._policy, attempt)
+            self._ctx.check(Boundary.TOOL)  # a deadline passed while it ran: the Tool's, not bytes'
             self.record_result(result)
             return result
 

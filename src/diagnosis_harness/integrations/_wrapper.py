@@ -14,6 +14,7 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar, final
 
+from ._chat import server_of
 from ._clients import ensure_no_hidden_retries
 from ._extras import missing_extra
 from ._governed import Governance, GovernedCall
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from .._context import RunContext
     from .._retry import Classifier, HarnessRetryExecutor
     from .._retry_policy import RetryPolicy
+    from ._chat import ChatResponse
     from .otel import HarnessTracing
 
 __all__ = ["GovernedClient", "Sdk"]
@@ -33,6 +35,10 @@ __all__ = ["GovernedClient", "Sdk"]
 
 def _as_given(params: dict[str, Any]) -> dict[str, Any]:
     return params
+
+
+def _no_answer(_result: object) -> ChatResponse | None:
+    return None
 
 
 @final
@@ -47,6 +53,8 @@ class Sdk:
     endpoint: Callable[[Any], Callable[..., Any]]  # a client -> the method one request calls
     # A stream's parameters from the checked ones (``stream=True`` is added after it).
     stream_params: Callable[[dict[str, Any]], dict[str, Any]] = _as_given
+    # What the chat spans report of an answer (None for what is not one: an opened stream).
+    response_of: Callable[[Any], ChatResponse | None] = _no_answer
 
     def module(self) -> ModuleType:
         """The SDK, imported when a wrapper is built; if it is missing, the extra to install."""
@@ -65,6 +73,9 @@ class _SdkClient(Protocol):
 
     @property
     def timeout(self) -> object: ...
+
+    @property
+    def base_url(self) -> object: ...
 
 
 SdkClient = TypeVar("SdkClient", bound=_SdkClient)
@@ -104,6 +115,8 @@ class GovernedClient(Generic[SdkClient]):
             classifier=self._sdk.classifier,
             tracing=tracing,
             provider=self._sdk.package,
+            server=server_of(client.base_url),
+            response_of=self._sdk.response_of,
         )
         self._client = client
 

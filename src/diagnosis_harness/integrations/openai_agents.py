@@ -51,6 +51,8 @@ from .._boundary import Boundary
 from .._context import RunContext
 from .._errors import RunTerminated
 from .._retry import HarnessRetryExecutor
+from ._agent_endings import agent_run_ending, refused_tool_call
+from ._chat import ChatResponse
 from ._classify import classify_openai
 from ._extras import missing_extra
 from ._governed import TokenUsage
@@ -143,6 +145,7 @@ class _Governance:
             model=str(getattr(model, "model", type(model).__name__)),
             classify=self.executor.classify,
             usage_of=_usage_of if usage else None,
+            response_of=_response_of if usage else None,
         )
 
     def check_tools(self, tools: list[Tool]) -> None:
@@ -169,6 +172,11 @@ class _Governance:
 
 def _usage_of(response: Any) -> TokenUsage:
     return TokenUsage(response.usage.input_tokens, response.usage.output_tokens)
+
+
+def _response_of(response: Any) -> ChatResponse:
+    # The SDK's ModelResponse keeps the answer's ID (Responses API), not its model or reasons.
+    return ChatResponse(model=None, id=response.response_id, finish_reasons=())
 
 
 @final
@@ -202,7 +210,7 @@ class _GovernedModel(Model):
 
         async def attempt() -> ModelResponse:
             ctx.reserve_model_call()
-            async with ctx.scope():
+            async with ctx.scope(Boundary.MODEL):
                 return await self._inner.get_response(
                     system_instructions,
                     input,
@@ -262,7 +270,7 @@ class _GovernedModel(Model):
                 prompt=prompt,
             )
             try:
-                async with ctx.scope():
+                async with ctx.scope(Boundary.MODEL):
                     return await anext(events)
             except BaseException:
                 await _close(events)  # a failed attempt's stream is done with; a retry opens anew
@@ -280,7 +288,7 @@ class _GovernedModel(Model):
                         governance.record_usage(usage.input_tokens, usage.output_tokens)
                     governance.check_calls(event.response.output)
                 yield event
-                async with ctx.scope():
+                async with ctx.scope(Boundary.MODEL):
                     event = await anext(events, None)
         finally:
             await _close(events)
@@ -331,7 +339,7 @@ class _GovernedInvoke:
         except RunTerminated as refused:
             # The tool never started (or its result did not fit): the run has ended, and the SDK's
             # next Model call raises this same ending. Siblings already running finish first.
-            return f"diagnosis harness refused this tool call: {refused}"
+            return refused_tool_call(refused)
 
 
 def governed_tool(tool: FunctionTool) -> FunctionTool:
@@ -464,7 +472,7 @@ def _harness_error(error: BaseException) -> RunTerminated | None:
 def _finish(ctx: RunContext, error: BaseException | None) -> None:
     """Record the run's one outcome from how the agent run ended; raise the harness's ending."""
     if error is None:
-        if ctx.lifecycle.succeed("agent run produced its final output").changed:
+        if ctx.lifecycle.succeed(agent_run_ending(None)).changed:
             return
         ctx.check(Boundary.MODEL)  # the run had already ended: raise its own RunTerminated
         return
@@ -475,7 +483,7 @@ def _finish(ctx: RunContext, error: BaseException | None) -> None:
         # Unwrapped from the SDK's exception, its own cause kept (the SDK's names it already).
         raise harness from harness.__cause__
     if isinstance(error, Exception):
-        ctx.lifecycle.fail(f"agent run failed: {type(error).__name__}: {error}")
+        ctx.lifecycle.fail(agent_run_ending(error))
 
 
 async def run_governed(
@@ -494,7 +502,7 @@ async def run_governed(
     ctx = _governance_of(run_config, "run_config").ctx
     ctx.check(Boundary.MODEL)
     try:
-        async with ctx.scope():
+        async with ctx.scope(Boundary.MODEL):  # an agent run: its Model calls, as checked above
             result = await Runner.run(agent, input, run_config=run_config, **runner_kw)
     except BaseException as error:
         _finish(ctx, error)
@@ -523,7 +531,7 @@ async def run_governed_streamed(
     ctx.check(Boundary.MODEL)
     result = Runner.run_streamed(agent, input, run_config=run_config, **runner_kw)
     try:
-        async with ctx.scope():
+        async with ctx.scope(Boundary.MODEL):
             async for event in result.stream_events():
                 if on_event is not None:
                     handled = on_event(event)

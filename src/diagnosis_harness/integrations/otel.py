@@ -11,12 +11,15 @@ children of: it is passed explicitly (``tracing=``) to the governed SDK calls, t
 it starts gets its parent from it -- never from OpenTelemetry's current span, and no span is
 made current. The spans follow the GenAI semantic conventions:
 
-- ``invoke_agent {agent}`` for a run (:meth:`HarnessTracing.run`): at its end the run's
-  termination state and, for ``BUDGET_EXHAUSTED``, the budget dimension that ended it;
-- ``chat {model}`` for each attempt of a governed model call: the attempt's number and outcome,
-  its failure kind (the executor's own classification), and the usage the provider reported;
-- ``execute_tool {tool}`` for each governed Tool call: its name and the framework's Tool Call ID,
-  the number of attempts made, the outcome and failure kind.
+- ``invoke_agent {agent}`` for a run (:meth:`HarnessTracing.run`): the run's session ID as the
+  conversation's, the provider when given, and at its end the run's termination state and, for
+  ``BUDGET_EXHAUSTED``, the budget dimension that ended it;
+- ``chat {model}`` for each attempt of a governed model call: the server the client sends to, the
+  attempt's number and outcome, its failure kind (the executor's own classification), and of
+  the answer the usage the provider reported, the model that answered, its ID and finish
+  reasons;
+- ``execute_tool {tool}`` for each governed Tool call: its name, type (``function``) and the
+  framework's Tool Call ID, the number of attempts made, the outcome and failure kind.
 
 Tool Call keys are never exported: the framework's ID is (``gen_ai.tool.call.id``), the key built
 from it is not, and an exception's message (which may carry one) is not recorded -- only its type
@@ -52,6 +55,7 @@ if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
 
     from .._context import RunContext
+    from ._chat import ChatResponse, Server
     from ._governed import TokenUsage
 
 __all__ = [
@@ -83,11 +87,18 @@ RUN_ID = "diagnosis_harness.run.id"
 # The GenAI semantic conventions' attributes (all "Development" in the conventions).
 OPERATION = "gen_ai.operation.name"
 PROVIDER = "gen_ai.provider.name"
+CONVERSATION_ID = "gen_ai.conversation.id"
 REQUEST_MODEL = "gen_ai.request.model"
+RESPONSE_MODEL = "gen_ai.response.model"
+RESPONSE_ID = "gen_ai.response.id"
+FINISH_REASONS = "gen_ai.response.finish_reasons"
+SERVER_ADDRESS = "server.address"
+SERVER_PORT = "server.port"
 AGENT_NAME = "gen_ai.agent.name"
 INPUT_TOKENS = "gen_ai.usage.input_tokens"
 OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 TOOL_NAME = "gen_ai.tool.name"
+TOOL_TYPE = "gen_ai.tool.type"
 TOOL_CALL_ID = "gen_ai.tool.call.id"
 ERROR_TYPE = "error.type"
 
@@ -121,6 +132,30 @@ def _usage(span: trace.Span, usage: TokenUsage | None) -> None:
     if usage is not None:
         span.set_attribute(INPUT_TOKENS, usage.input_tokens)
         span.set_attribute(OUTPUT_TOKENS, usage.output_tokens)
+
+
+def _response(span: trace.Span, response: ChatResponse | None) -> None:
+    """The answer's model, ID and finish reasons, those it states."""
+    if response is None:
+        return
+    if response.model is not None:
+        span.set_attribute(RESPONSE_MODEL, response.model)
+    if response.id is not None:
+        span.set_attribute(RESPONSE_ID, response.id)
+    if response.finish_reasons:
+        span.set_attribute(FINISH_REASONS, list(response.finish_reasons))
+
+
+def _answered(
+    span: trace.Span,
+    result: T,
+    usage_of: Callable[[T], TokenUsage | None] | None,
+    response_of: Callable[[T], ChatResponse | None] | None,
+) -> None:
+    """A succeeded attempt: its outcome, the usage and the answer it reported."""
+    span.set_attribute(ATTEMPT_OUTCOME, AttemptOutcome.SUCCEEDED.value)
+    _usage(span, None if usage_of is None else usage_of(result))
+    _response(span, None if response_of is None else response_of(result))
 
 
 @final
@@ -160,19 +195,33 @@ class HarnessTracing:
         return self._tracer.start_span(name, context=parent, kind=kind, attributes=attributes)
 
     @contextmanager
-    def run(self, ctx: RunContext, agent: str) -> Iterator[HarnessTracing]:
+    def run(
+        self, ctx: RunContext, agent: str, *, provider: str | None = None
+    ) -> Iterator[HarnessTracing]:
         """An ``invoke_agent {agent}`` span around the block; yields the tracing of its children.
 
-        At the block's end the span gets the run's termination state and exhausted dimension
-        (if the run has ended by then); an exception leaving the block marks it an error.
+        The span names the run's session ID as its ``gen_ai.conversation.id`` and ``provider``
+        (``"openai"``, ``"anthropic"``: the GenAI conventions' ``gen_ai.provider.name``) when
+        given -- give it when the agent talks to one provider. At the block's end the span gets
+        the run's termination state and exhausted dimension (if the run has ended by then); an
+        exception leaving the block marks it an error.
         """
         if type(agent) is not str or not agent.strip():
             raise ValueError(f"agent must be a non-blank str naming the agent, got {agent!r}")
-        span = self._start(
-            f"invoke_agent {agent}",
-            SpanKind.INTERNAL,
-            {OPERATION: "invoke_agent", AGENT_NAME: agent, RUN_ID: ctx.run_id},
-        )
+        if provider is not None and (type(provider) is not str or not provider.strip()):
+            raise ValueError(
+                f"provider must be a non-blank str naming the GenAI provider (gen_ai.provider."
+                f"name, e.g. 'openai') or None, got {provider!r}"
+            )
+        attributes: dict[str, AttributeValue] = {
+            OPERATION: "invoke_agent",
+            AGENT_NAME: agent,
+            CONVERSATION_ID: ctx.session_id,
+            RUN_ID: ctx.run_id,
+        }
+        if provider is not None:
+            attributes[PROVIDER] = provider
+        span = self._start(f"invoke_agent {agent}", SpanKind.INTERNAL, attributes)
         try:
             yield HarnessTracing(self._tracer, parent=span)
         except BaseException as error:
@@ -185,12 +234,19 @@ class HarnessTracing:
 
     # -- spans for the governed calls (hooks of _governed and _tools) ------------------------------
 
-    def _chat_span(self, provider: str, model: str, number: int) -> trace.Span:
-        return self._start(
-            f"chat {model}",
-            SpanKind.CLIENT,
-            {OPERATION: "chat", PROVIDER: provider, REQUEST_MODEL: model, ATTEMPT_NUMBER: number},
-        )
+    def _chat_span(
+        self, provider: str, model: str, number: int, server: Server | None
+    ) -> trace.Span:
+        attributes: dict[str, AttributeValue] = {
+            OPERATION: "chat",
+            PROVIDER: provider,
+            REQUEST_MODEL: model,
+            ATTEMPT_NUMBER: number,
+        }
+        if server is not None:
+            attributes[SERVER_ADDRESS] = server.address
+            attributes[SERVER_PORT] = server.port
+        return self._start(f"chat {model}", SpanKind.CLIENT, attributes)
 
     def chat_attempts(
         self,
@@ -200,22 +256,28 @@ class HarnessTracing:
         model: str,
         classify: Callable[[Exception], object],
         usage_of: Callable[[T], TokenUsage | None] | None,
+        response_of: Callable[[T], ChatResponse | None] | None = None,
+        server: Server | None = None,
     ) -> Callable[[], T]:
-        """``attempt`` with a ``chat`` span around each call, numbered as the executor does."""
+        """``attempt`` with a ``chat`` span around each call, numbered as the executor does.
+
+        ``server`` is where the client sends its requests; ``usage_of`` and ``response_of`` read
+        the usage and the answer off a succeeded attempt's result (``None`` for a result that is
+        not an answer, as an opened stream is).
+        """
         number = 0  # one execution's attempts run one after another
 
         def traced() -> T:
             nonlocal number
             number += 1
-            span = self._chat_span(provider, model, number)
+            span = self._chat_span(provider, model, number, server)
             try:
                 result = attempt()
             except BaseException as error:
                 _failed(span, error, classify)
                 raise
             else:
-                span.set_attribute(ATTEMPT_OUTCOME, AttemptOutcome.SUCCEEDED.value)
-                _usage(span, None if usage_of is None else usage_of(result))
+                _answered(span, result, usage_of, response_of)
                 return result
             finally:
                 span.end()
@@ -230,6 +292,8 @@ class HarnessTracing:
         model: str,
         classify: Callable[[Exception], object],
         usage_of: Callable[[T], TokenUsage | None] | None,
+        response_of: Callable[[T], ChatResponse | None] | None = None,
+        server: Server | None = None,
     ) -> Callable[[], Awaitable[T]]:
         """:meth:`chat_attempts` for an async attempt."""
         number = 0
@@ -237,15 +301,14 @@ class HarnessTracing:
         async def traced() -> T:
             nonlocal number
             number += 1
-            span = self._chat_span(provider, model, number)
+            span = self._chat_span(provider, model, number, server)
             try:
                 result = await attempt()
             except BaseException as error:
                 _failed(span, error, classify)
                 raise
             else:
-                span.set_attribute(ATTEMPT_OUTCOME, AttemptOutcome.SUCCEEDED.value)
-                _usage(span, None if usage_of is None else usage_of(result))
+                _answered(span, result, usage_of, response_of)
                 return result
             finally:
                 span.end()
@@ -263,6 +326,7 @@ class HarnessTracing:
         attributes: dict[str, AttributeValue] = {
             OPERATION: "execute_tool",
             TOOL_NAME: tool,
+            TOOL_TYPE: "function",  # a governed Tool is a function the application runs
             TOOL_CALL_ID: tool_call_id,
         }
         span = self._start(f"execute_tool {tool}", SpanKind.INTERNAL, attributes)
@@ -334,8 +398,10 @@ class CurrentSpan:
     def tool(
         self, number: int, error: BaseException | None, classify: Callable[[Exception], object]
     ) -> None:
-        """Set a Tool attempt's number and outcome on the current span: the framework's tool."""
+        """Set a Tool attempt's number and outcome on the current span: the framework's tool,
+        and its type (``function``), which the framework's span lacks (pydantic-ai's does)."""
         span = trace.get_current_span()
+        span.set_attribute(TOOL_TYPE, "function")
         span.set_attribute(ATTEMPT_NUMBER, number)
         if error is None:
             span.set_attribute(ATTEMPT_OUTCOME, AttemptOutcome.SUCCEEDED.value)

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, final
 from .._boundary import Boundary
 from .._errors import RunTerminated
 from .._generated.tables import RunState
+from ._agent_endings import agent_run_ending, refused_tool_call
 from ._extras import missing_extra
 from ._tools import DEFAULT_KEY_PREFIX, DEFAULT_TOOL_POLICY, GovernedTools
 
@@ -90,7 +91,6 @@ __all__ = ["HarnessCapability", "HarnessSpanAttributes", "tool_result_bytes"]
 
 # The endings the harness decides itself; SUCCESS and FAILED follow how the agent run ended.
 _HARNESS_ENDINGS = frozenset({RunState.CANCELLED, RunState.TIMED_OUT, RunState.BUDGET_EXHAUSTED})
-_REASON_LENGTH = 200  # how much of an exception's text a FAILED reason keeps
 
 
 def tool_result_bytes(result: object) -> int:
@@ -185,7 +185,7 @@ class HarnessCapability(AbstractCapability[Any]):
         self, ctx: AgentRunContext[Any], *, result: AgentRunResult[Any]
     ) -> AgentRunResult[Any]:
         if self.finishes_run:
-            finish = self.ctx.lifecycle.succeed("the agent run produced its output")
+            finish = self.ctx.lifecycle.succeed(agent_run_ending(None))
             if finish.changed or finish.termination.state is RunState.SUCCESS:
                 return result
         self.ctx.check(Boundary.GUARD)  # an ended run withholds the output: raises its ending
@@ -197,8 +197,7 @@ class HarnessCapability(AbstractCapability[Any]):
         if isinstance(error, RunTerminated) or not isinstance(error, Exception):
             raise error  # the run's own ending, or a task cancellation: nothing to record
         if self.finishes_run:
-            reason = f"the agent run raised {type(error).__name__}: {error}"
-            self.ctx.lifecycle.fail(reason[:_REASON_LENGTH])
+            self.ctx.lifecycle.fail(agent_run_ending(error))
         if self.ctx.lifecycle.state in _HARNESS_ENDINGS:
             try:
                 self.ctx.check(Boundary.GUARD)  # the harness ended the run first: its ending
@@ -216,7 +215,7 @@ class HarnessCapability(AbstractCapability[Any]):
         handler: WrapModelRequestHandler,
     ) -> ModelResponse:
         self.ctx.check(Boundary.MODEL)  # an ended run refuses the request before the scope does
-        async with self.ctx.scope():
+        async with self.ctx.scope(Boundary.MODEL):
             return await handler(request_context)
 
     def get_wrapper_model(self, model: Model) -> Model:
@@ -241,7 +240,7 @@ class HarnessCapability(AbstractCapability[Any]):
         except RunTerminated as refused:
             # Refused before it started (or its result refused): the run has ended, and its next
             # boundary raises that. Raising here would cancel sibling calls that are running.
-            raise SkipToolExecution(f"refused by the diagnosis run: {refused}") from refused
+            raise SkipToolExecution(refused_tool_call(refused)) from refused
 
 
 @final

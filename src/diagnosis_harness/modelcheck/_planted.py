@@ -74,13 +74,17 @@ def _patched(owner: type[Any], name: str, replacement: object) -> Iterator[None]
 
 
 def _end_locked_replaceable(
-    self: LocalRun, event: LifecycleEvent, reason: str, at_ns: int
+    self: LocalRun,
+    event: LifecycleEvent,
+    reason: str,
+    at_ns: int,
+    boundary: Boundary | None = None,
 ) -> Pending | None:
     """The bug: every ending is recorded, whether or not the run had already ended."""
     row = LIFECYCLE.take(LIFECYCLE.initial, event)  # as if the run were still RUNNING
     assert row is not None
     self._state = row.target  # overwrites a terminal state
-    self._termination = RunTermination(row.target, reason, at_ns)
+    self._termination = RunTermination(row.target, reason, at_ns, boundary)
     signal = ending_of(event).signal
     pending = None if signal is None else self._signal.signal(signal)
     return [] if pending is None else pending
