@@ -272,9 +272,14 @@ class RunContext:
         non_negative_int("output_tokens", output_tokens)
         self._run.record_token_usage(input_tokens, output_tokens, self.clock.monotonic_ns())
 
-    def scope(self) -> RunScope:
-        """``async with ctx.scope():`` -- the run's cancellation or deadline cancels this task."""
-        return RunScope(self)
+    def scope(self, *, cut_on_budget: bool = True) -> RunScope:
+        """``async with ctx.scope():`` -- the run's cancellation or deadline cancels this task.
+
+        ``cut_on_budget=False``: an ending by budget exhaustion does not (for work already granted).
+        """
+        if type(cut_on_budget) is not bool:
+            raise TypeError(f"cut_on_budget must be a bool, got {cut_on_budget!r}")
+        return RunScope(self, cut_on_budget=cut_on_budget)
 
     def __repr__(self) -> str:
         return (
