@@ -103,7 +103,7 @@ _ABANDONED = AttemptOutcome.ABANDONED.name
 
 
 @final
-class AttemptAbandoned(Exception):  # noqa: N818 - it names what happened to the attempt
+class AttemptAbandoned(Exception):
     """Raised by an attempt that the run's ``ending`` left running in a thread.
 
     The executor records the attempt ``ABANDONED`` and raises ``ending`` (never this exception),

@@ -93,7 +93,12 @@ def wait(ctx: RunContext, future: Future[T]) -> T:
     """
     done = threading.Event()
     woken = threading.Event()  # done, or the run's cancellation signalled
-    future.add_done_callback(lambda _future: (done.set(), woken.set()))
+
+    def finished(_future: Future[T]) -> None:
+        done.set()
+        woken.set()
+
+    future.add_done_callback(finished)
     registration = ctx.cancellation.register(lambda _reason: woken.set())
     try:
         while not future.done():

@@ -69,6 +69,7 @@ set_tracing_disabled(True)  # the SDK would otherwise try to export traces to Op
 
 DEADLINE = 0.3  # seconds
 SLACK = 0.5  # scheduling on a loaded 2-core machine
+STALL_LIMIT = 10.0  # a stall nobody cuts ends after this: the test then fails, it does not hang
 LATE = "late result: the tool finished after the run had ended"
 LIMITS = BudgetLimits(
     model_calls=5,
@@ -100,7 +101,7 @@ class Stall:
     def sync_tool(self, ctx: RunContext) -> str:
         self.threads.append(threading.current_thread())
         self.started.set()
-        assert self.release.wait(30), "the test never released the stalled tool"
+        self.release.wait(STALL_LIMIT)  # set by the test once the run has ended
         try:  # the abandoned thread asks for more work: the ended run must grant nothing
             ctx.reserve_tool_call("after-the-end")
         except RunTerminated as refused:
@@ -110,7 +111,7 @@ class Stall:
     async def async_tool(self) -> str:
         self.started.set()
         try:
-            await asyncio.Event().wait()  # only the run's end stops it
+            await asyncio.sleep(STALL_LIMIT)  # only the run's end stops it in time
         except asyncio.CancelledError:
             self.cancelled.append(True)
             raise
@@ -250,11 +251,12 @@ def warm() -> None:
             stall.finish()
 
 
+@pytest.mark.usefixtures("warm")
 @pytest.mark.parametrize("ending", ENDINGS)
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("adapter", ADAPTERS)
 def test_a_stalled_tool_call_ends_with_the_run(
-    adapter: str, kind: str, ending: str, stall: Stall, loopback: LoopbackServer, warm: None
+    adapter: str, kind: str, ending: str, stall: Stall, loopback: LoopbackServer
 ) -> None:
     ctx = _run(ending)
     delivered: list[CancellationReason] = []
@@ -262,21 +264,27 @@ def test_a_stalled_tool_call_ends_with_the_run(
     cancelled_at: list[float] = []
     canceller = _canceller(ctx, stall, cancelled_at) if ending == "thread-cancel" else None
     turn = Turn()
-    started = time.monotonic()
-    expected = RunTimedOut if ending == "deadline" else RunCancelled
-    with pytest.raises(expected) as ended:
+    returned: list[float] = []
+
+    def run_the_turn() -> None:
         try:
             RUNNERS[adapter](ctx, stall, kind, turn, loopback)
         finally:
-            returned = time.monotonic()
+            returned.append(time.monotonic())
             if canceller is not None:
                 stall.started.set()  # a run that failed early must not leave the canceller waiting
                 canceller.join(10)
 
+    started = time.monotonic()
+    expected = RunTimedOut if ending == "deadline" else RunCancelled
+    with pytest.raises(expected) as ended:
+        run_the_turn()
+
     # -- the caller got the run's ending, by the deadline or the cancel ---------------------------
     since = started if ending == "deadline" else cancelled_at[0]
     bound = DEADLINE + SLACK if ending == "deadline" else SLACK
-    assert returned - since < bound, f"{adapter} {kind} tool held the run {returned - since:.2f} s"
+    held = returned[0] - since
+    assert held < bound, f"{adapter} {kind} tool held the run {held:.2f} s"
     termination = ctx.lifecycle.termination
     assert termination is not None
     assert ended.value.termination == termination
@@ -303,3 +311,74 @@ def test_a_stalled_tool_call_ends_with_the_run(
         assert [type(refused) for refused in stall.late_boundary] == [expected]
     assert turn.tool_execution() == execution  # nothing recorded for it later
     assert len(delivered) == 1  # every callback once
+
+
+# A child process whose sync tools never return: each adapter abandons its call at the deadline,
+# and the process exits at once, its abandoned threads (daemon) not waited for.
+_CHILD = """
+import asyncio, threading
+from agents import Agent as SdkAgent, Runner, function_tool, set_tracing_disabled
+from agents.testing import ScriptedModel, assistant_message, function_call
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import FunctionModel
+from diagnosis_harness import BudgetLimits, RunContext, RunTimedOut
+from diagnosis_harness.integrations import GovernedTools
+from diagnosis_harness.integrations.openai_agents import governed_tool, harness_run_config
+from diagnosis_harness.integrations.pydantic_ai import HarnessCapability
+
+set_tracing_disabled(True)
+never = threading.Event()  # nobody sets it: the tools never return
+limits = BudgetLimits(model_calls=5, tool_calls=5, per_tool_calls=5, input_tokens=10**5,
+                      output_tokens=10**5, total_tokens=10**6, run_bytes=10**6)
+
+def run(name):
+    return RunContext.create(session_id="s", run_id=name, limits=limits, timeout=0.2)
+
+def model(messages, info):
+    if len(messages) == 1:
+        return ModelResponse(parts=[ToolCallPart("lookup", {}, tool_call_id="call_1")])
+    return ModelResponse(parts=[TextPart("done")])
+
+agent = Agent(FunctionModel(model))
+
+@agent.tool_plain
+def lookup() -> str:
+    never.wait()
+    return "never"
+
+@function_tool
+def sdk_lookup() -> str:
+    never.wait()
+    return "never"
+
+scripted = ScriptedModel([[function_call("sdk_lookup", {}, call_id="call_1")],
+                          [assistant_message("done")]])
+turns = {
+    "pydantic-ai": lambda ctx: asyncio.run(
+        agent.run("why?", capabilities=[HarnessCapability(ctx)])),
+    "openai-agents": lambda ctx: asyncio.run(Runner.run(
+        SdkAgent(name="a", tools=[governed_tool(sdk_lookup)]), "why?",
+        run_config=harness_run_config(ctx, model=scripted))),
+    "GovernedTools": lambda ctx: GovernedTools(ctx).call("lookup", "call_1", never.wait),
+}
+for name, turn in turns.items():
+    try:
+        turn(run(name))
+    except RunTimedOut:
+        print(name, "timed out")
+"""
+
+
+def test_abandoned_tool_threads_do_not_keep_the_process_from_exiting() -> None:
+    # Before: anyio's worker thread (pydantic-ai) and the loop's default executor (openai-agents'
+    # asyncio.to_thread) were waited for at exit, and GovernedTools.call ran the tool itself.
+    child = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_CHILD)],
+        capture_output=True,
+        text=True,
+        timeout=120,  # mostly imports on a loaded machine; a process that waits never ends
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.split("\n")[:3] == [f"{name} timed out" for name in ADAPTERS]

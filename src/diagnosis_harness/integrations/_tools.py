@@ -234,7 +234,9 @@ class GovernedTools:
         """
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
-        return await self.call_with_threads(tool, tool_call_id, lambda _threads: fn(*args, **kwargs))
+        return await self.call_with_threads(
+            tool, tool_call_id, lambda _threads: fn(*args, **kwargs)
+        )
 
     async def call_in_thread(
         self, tool: str, tool_call_id: str, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs

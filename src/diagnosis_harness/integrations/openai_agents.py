@@ -340,10 +340,11 @@ class _DaemonDefaultExecutor(ThreadPoolExecutor):
 
     def __init__(self, name: str) -> None:
         super().__init__(max_workers=1)
-        self._threads = WorkerThreads(name)
+        # Not `_threads`: that is the pool's own attribute (its worker threads, none here).
+        self._harness_threads = WorkerThreads(name)
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
-        return self._threads.submit(fn, *args, **kwargs)
+        return self._harness_threads.submit(fn, *args, **kwargs)
 
 
 def _invoke_on_own_loop(name: str, invoke: Callable[[], Awaitable[T]]) -> T:
