@@ -53,7 +53,6 @@ The core never imports this module; it imports ``agents`` (the ``openai-agents``
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import dataclasses
 import functools
 import inspect
@@ -385,12 +384,10 @@ class _GovernedInvoke:
         def execute(threads: Executor) -> Awaitable[Any]:
             if not self._sync:
                 return invoke(tool_context, arguments)
-            # The caller's context goes along, as asyncio.to_thread would take it: the SDK's own
-            # tracing finds its current span there.
+            # No context variable is carried over (the library touches none): the SDK's tool span
+            # is opened around this call, on the agent's loop, and stays where it is.
             call = functools.partial(invoke, tool_context, arguments)
-            in_thread = functools.partial(
-                contextvars.copy_context().run, _invoke_on_own_loop, name, call
-            )
+            in_thread = functools.partial(_invoke_on_own_loop, name, call)
             return asyncio.get_running_loop().run_in_executor(threads, in_thread)
 
         try:
