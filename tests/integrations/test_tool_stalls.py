@@ -19,6 +19,7 @@ Cost: about 0.3 s per deadline test, a few ms per cancel test, 2-3 s for the pro
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from agents.models.openai_provider import OpenAIProvider
 
 from diagnosis_harness import (
     AttemptOutcome,
+    BudgetExhausted,
     BudgetLimits,
     CancellationReason,
     FailureKind,
@@ -389,3 +391,82 @@ def test_abandoned_tool_threads_do_not_keep_the_process_from_exiting() -> None:
     )
     assert child.returncode == 0, child.stderr
     assert child.stdout.split("\n")[:3] == [f"{name} timed out" for name in ADAPTERS]
+
+
+# -- a granted call outlives a sibling's refusal, but not the deadline --------------------------
+
+
+@pytest.mark.parametrize("method", ["call_async", "call_in_thread", "call"])
+@pytest.mark.parametrize("released", [True, False], ids=["released", "stalls-on"])
+def test_a_granted_call_is_not_cut_by_a_siblings_refusal_only_by_the_deadline(
+    method: str, released: bool, stall: Stall
+) -> None:
+    # A refusal elsewhere ends the run BUDGET_EXHAUSTED; the call that fit was granted and keeps
+    # running (cutting it would leave a call that fit half done) -- until the deadline.
+    limits = dataclasses.replace(LIMITS, tool_calls=1)
+    ctx = RunContext.create(session_id="s-1", run_id="run-1", limits=limits, timeout=DEADLINE)
+    tools = GovernedTools(ctx)
+    finished: list[str] = []
+
+    def tool() -> str:
+        stall.threads.append(threading.current_thread())
+        stall.started.set()
+        if stall.release.wait(STALL_LIMIT):
+            finished.append("ran to its end")
+        return LATE
+
+    wake: list[Callable[[], object]] = []  # sets the async tool's release, from any thread
+
+    async def async_tool() -> str:
+        release = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        wake.append(lambda: loop.call_soon_threadsafe(release.set))
+        stall.started.set()
+        try:
+            await asyncio.wait_for(release.wait(), STALL_LIMIT)
+        except asyncio.CancelledError:
+            stall.cancelled.append(True)
+            raise
+        finished.append("ran to its end")
+        return LATE
+
+    def granted() -> str:
+        if method == "call":
+            return tools.call("lookup", "call_1", tool)
+        if method == "call_in_thread":
+            return asyncio.run(tools.call_in_thread("lookup", "call_1", tool))
+        return asyncio.run(tools.call_async("lookup", "call_1", async_tool))
+
+    def refused_sibling() -> None:
+        assert stall.started.wait(30)
+        with pytest.raises(BudgetExhausted):
+            tools.call("lookup", "call_2", str)
+        if released:
+            stall.release.set()
+            for release in wake:
+                release()
+
+    sibling = threading.Thread(target=refused_sibling)
+    sibling.start()
+    started = time.monotonic()
+    # Its result's bytes are refused (the run has ended): the run's own ending, either way.
+    with pytest.raises(BudgetExhausted):
+        granted()
+    held = time.monotonic() - started
+    sibling.join(10)
+
+    assert held < DEADLINE + SLACK
+    refusal, execution = tools.executor.executions  # the granted call's ended last
+    assert refusal.attempts[0].failure is FailureKind.BUDGET_EXHAUSTED
+    assert ctx.budget.snapshot().tool_calls == 1
+    if released:  # it finished, untouched by the refusal
+        assert finished == ["ran to its end"]
+        assert stall.cancelled == []
+        assert execution.attempts[0].outcome is AttemptOutcome.SUCCEEDED
+    else:  # the deadline cut it: cancelled, or abandoned in its thread
+        stall.finish()
+        assert held >= DEADLINE - 0.05
+        outcome = AttemptOutcome.FAILED if method == "call_async" else AttemptOutcome.ABANDONED
+        assert execution.attempts[0].outcome is outcome
+        assert execution.attempts[0].failure is FailureKind.BUDGET_EXHAUSTED  # the run's ending
+        assert stall.cancelled == ([True] if method == "call_async" else [])
