@@ -395,8 +395,9 @@ class _GovernedInvoke:
                 name, tool_context.tool_call_id, execute
             )
         except RunTerminated as refused:
-            # The tool never started (or its result did not fit): the run has ended, and the SDK's
-            # next Model call raises this same ending. Siblings already running finish first.
+            # The tool never started, was cut or abandoned by the run's end, or its result did
+            # not fit: the run has ended, and the SDK's next Model call raises this same ending
+            # (no model sees this answer). Siblings granted before a budget refusal finish first.
             return f"diagnosis harness refused this tool call: {refused}"
 
 
