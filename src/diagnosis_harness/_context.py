@@ -272,16 +272,20 @@ class RunContext:
         non_negative_int("output_tokens", output_tokens)
         self._run.record_token_usage(input_tokens, output_tokens, self.clock.monotonic_ns())
 
-    def scope(self, boundary: Boundary = Boundary.GUARD) -> RunScope:
+    def scope(self, boundary: Boundary = Boundary.GUARD, *, cut_on_budget: bool = True) -> RunScope:
         """``async with ctx.scope():`` -- the run's cancellation or deadline cancels this task.
 
         ``boundary`` is the kind of work the block does (``Boundary.MODEL`` for a model
         request): the gate the scope checks on entry, and the boundary a deadline its timer
         finds passed is recorded at (``first seen when the MODEL boundary checked``).
+        ``cut_on_budget=False``: an ending by budget exhaustion does not cancel the block (for
+        work already granted); the deadline and a cancel still do.
         """
         if boundary.__class__ is not Boundary:
             raise TypeError(f"boundary must be a Boundary, got {boundary!r}")
-        return RunScope(self, boundary)
+        if type(cut_on_budget) is not bool:
+            raise TypeError(f"cut_on_budget must be a bool, got {cut_on_budget!r}")
+        return RunScope(self, boundary, cut_on_budget=cut_on_budget)
 
     def __repr__(self) -> str:
         return (

@@ -11,7 +11,9 @@ also says why the loop stopped. A run that is over at the gate stops the loop: t
 What is never a failure to retry: ``RunTerminated`` (its kind is recorded, it is re-raised), and
 ``BaseException``s that are not ``Exception`` -- ``asyncio.CancelledError``, ``KeyboardInterrupt``,
 ``SystemExit`` -- which are recorded as ``INTERRUPTED`` and propagate at once. Unclassified
-exceptions are ``UNKNOWN`` and never retried: nobody knows that asking again is safe.
+exceptions are ``UNKNOWN`` and never retried: nobody knows that asking again is safe. An attempt
+the run's end left running in a thread (it raised :class:`AttemptAbandoned`) is recorded as
+``ABANDONED``, and the run's ending is raised: the loop stops there, as at a gate that refuses.
 
 On final failure the operation's own exception is re-raised, with the execution record attached as
 ``error.harness_execution`` (and as a note on Python 3.11+), never hidden in a wrapper.
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from ._endings import RunTermination
 
 __all__ = [
+    "AttemptAbandoned",
     "AttemptOutcome",
     "AttemptRecord",
     "Backoff",
@@ -88,11 +91,28 @@ class AttemptOutcome(enum.Enum):
     FAILED = "failed"
     INTERRUPTED = "interrupted"
     """A ``BaseException`` that is not an ``Exception`` (task cancelled, Ctrl-C, exit) ended it."""
+    ABANDONED = "abandoned"
+    """The run ended while it ran in a thread, which cannot be stopped: nobody waits for it any
+    more, and what it returns is discarded. Its failure kind is the run's ending's."""
 
 
 _SUCCEEDED = AttemptOutcome.SUCCEEDED.name
 _FAILED = AttemptOutcome.FAILED.name
 _INTERRUPTED = AttemptOutcome.INTERRUPTED.name
+_ABANDONED = AttemptOutcome.ABANDONED.name
+
+
+@final
+class AttemptAbandoned(Exception):
+    """Raised by an attempt that the run's ``ending`` left running in a thread.
+
+    The executor records the attempt ``ABANDONED`` and raises ``ending`` (never this exception),
+    with the execution attached: the caller sees the run's ``RunTerminated``, as from a gate.
+    """
+
+    def __init__(self, ending: RunTerminated) -> None:
+        super().__init__(f"attempt abandoned in its thread: {ending}")
+        self.ending = ending
 
 
 class StopReason(enum.Enum):
@@ -104,7 +124,8 @@ class StopReason(enum.Enum):
     ATTEMPTS_EXHAUSTED = "attempts_exhausted"
     """A retryable failure on the policy's last permitted attempt."""
     RUN_TERMINATED = "run_terminated"
-    """The gate before an attempt found the run over; the operation was not invoked again."""
+    """The run was over: at the gate before an attempt (the operation was not invoked again), or
+    while an attempt ran in a thread, which was abandoned (its outcome is ``ABANDONED``)."""
     INTERRUPTED = "interrupted"
     """The operation raised a ``BaseException`` that is not an ``Exception``."""
 
@@ -497,6 +518,16 @@ class HarnessRetryExecutor:
         error: BaseException,
     ) -> float | None:
         """Record failed attempt ``number``; the delay before the next, or None to re-raise."""
+        if isinstance(error, AttemptAbandoned):  # the run ended first: raise its ending
+            ending = error.ending
+            kind = ENDINGS[ending.termination.state].failure
+            attempts.extend((number, _ABANDONED, kind.name, started, self._now()))
+            target = _step(_ATTEMPTING, _FAIL, False)
+            stop = StopReason.RUN_TERMINATED
+            _attach(
+                ending, self._store(policy, subject, attempts, stop, target, ending.termination)
+            )
+            raise ending from ending.__cause__
         if not isinstance(error, Exception):  # CancelledError, KeyboardInterrupt, SystemExit
             attempts.extend((number, _INTERRUPTED, None, started, self._now()))
             target = _step(_ATTEMPTING, _FAIL, False)

@@ -6,6 +6,10 @@ reached -- into the cancellation of the task, and the block then raises the run'
 ``RunCancelled`` / ``RunTimedOut`` (the ``RunTerminated`` of its termination) from the task's
 ``CancelledError``. A cancellation of the task from anywhere else passes through untouched.
 
+``ctx.scope(cut_on_budget=False)`` is for work the run already granted (a Tool call whose
+reservation passed): an ending by budget exhaustion -- another call's refused reservation -- does
+not cut it, so a call that fit is not left half done; the deadline and a cancellation still do.
+
 The deadline is watched with a loop timer that re-reads the run's clock when it fires, so the
 clock stays the only authority: a timer that fires before the clock has reached the deadline
 re-arms for what the clock says is left -- with a :class:`ManualClock` time has not moved, and
@@ -23,13 +27,13 @@ import sys
 from typing import TYPE_CHECKING, final
 
 from ._boundary import Boundary
-from ._endings import error_for
-from ._errors import RunTerminated
+from ._endings import CancellationReason, error_for
+from ._errors import BudgetExhausted, RunTerminated
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from ._cancellation import CancellationReason, Registration
+    from ._cancellation import Registration
     from ._context import RunContext
 
 __all__ = ["RunScope"]
@@ -52,6 +56,7 @@ class RunScope:
         "_boundary",
         "_cancel_requested",
         "_ctx",
+        "_cut_on_budget",
         "_entered",
         "_loop",
         "_registration",
@@ -59,9 +64,12 @@ class RunScope:
         "_timer",
     )
 
-    def __init__(self, ctx: RunContext, boundary: Boundary = Boundary.GUARD) -> None:
+    def __init__(
+        self, ctx: RunContext, boundary: Boundary = Boundary.GUARD, *, cut_on_budget: bool = True
+    ) -> None:
         self._ctx = ctx
         self._boundary = boundary  # the block's kind of work: its gate, and the deadline's
+        self._cut_on_budget = cut_on_budget
         self._entered = False
         self._cancel_requested = False
         self._task: asyncio.Task[object] | None = None
@@ -79,7 +87,11 @@ class RunScope:
         self._task = task
         self._loop = asyncio.get_running_loop()
         # Raises at once if the run is already over: the block never starts.
-        self._ctx.check(self._boundary)
+        try:
+            self._ctx.check(self._boundary)
+        except RunTerminated as ended:
+            if self._cuts(ended):
+                raise
         self._registration = self._ctx.cancellation.register(self._on_cancel)
         self._arm()
         return self
@@ -106,7 +118,17 @@ class RunScope:
 
     # -- callbacks, on the loop's thread or any other --------------------------------------------
 
-    def _on_cancel(self, _reason: CancellationReason) -> None:
+    def _cuts(self, ended: RunTerminated) -> bool:
+        """Whether the run's ``ended`` cancels the block (see ``cut_on_budget``)."""
+        return (
+            self._cut_on_budget
+            or not isinstance(ended, BudgetExhausted)
+            or self._ctx.deadline.expired(self._ctx.clock)
+        )
+
+    def _on_cancel(self, reason: CancellationReason) -> None:
+        if reason is CancellationReason.BUDGET_EXHAUSTED and not self._cut_on_budget:
+            return  # granted work outlives a refusal elsewhere; the deadline timer still runs
         loop = self._loop
         assert loop is not None
         # A closed loop raises RuntimeError: there is no task left to cancel.
@@ -130,9 +152,10 @@ class RunScope:
     def _on_timer(self) -> None:
         try:
             self._ctx.check(self._boundary)  # records TIMED_OUT if the clock says so
-        except RunTerminated:
-            self._cancel_task()  # the cancellation callback will also ask; asking twice is a no-op
-            return
+        except RunTerminated as ended:
+            if self._cuts(ended):
+                self._cancel_task()  # the cancellation callback may ask too: twice is a no-op
+                return
         # Early: the wait was capped, or the run's clock is not the loop's (a ManualClock, a
         # clock behind the loop's). Only the run's clock says when the deadline is.
         self._arm()

@@ -472,8 +472,10 @@ def test_an_exception_after_the_harness_ended_the_run_raises_the_harness_ending(
     ctx = _run()
     agent = Agent(_answer_once(*_calls("logs", 1)), capabilities=[HarnessCapability(ctx)])
 
+    # An async tool that raises before it yields: its exception, not the cut, ends the call (a
+    # sync tool's would be discarded as a late result -- the run's end abandons its thread).
     @agent.tool_plain
-    def logs(q: str) -> str:
+    async def logs(q: str) -> str:
         ctx.cancellation.cancel(CancellationReason.USER_REQUESTED)
         raise ConnectionError("log store went away")
 

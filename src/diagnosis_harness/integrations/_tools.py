@@ -21,22 +21,36 @@ A Tool call is one reservation however many attempts its policy allows: the atte
 call, under the same key, which is what lets a Tool use the key for idempotency. A refusal at step
 2 or 3 is the run's ``RunTerminated`` (``BudgetExhausted``, ``RunTimedOut``, ...); a framework
 adapter decides how the framework sees it (see ``integrations.pydantic_ai``).
+
+No Tool call holds its caller past the run's end (the deadline, or a cancel from any thread or
+process). An async attempt runs inside ``ctx.scope()``: the run's end cancels it, and the attempt
+fails with the run's ``RunTerminated``. A sync Tool cannot be stopped, so it never runs on the
+caller's thread: each attempt runs it in a new daemon thread (:class:`~.._threads.WorkerThreads`)
+and waits for it or for the run's end, whichever comes first. When the run ends first the call is
+*abandoned*: the caller gets the run's ``RunTerminated`` at once, the attempt is journaled
+``ABANDONED``, and the Tool's late result is discarded -- not returned, its bytes not reserved.
+Its thread runs on until the Tool returns, and does not keep the process from exiting.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import inspect
 import json
 from typing import TYPE_CHECKING, ParamSpec, TypeVar, final
 
 from .._boundary import Boundary
 from .._context import RunContext
+from .._errors import RunTerminated
 from .._keys import ToolCallKeyFactory
-from .._retry import HarnessRetryExecutor
+from .._retry import AttemptAbandoned, HarnessRetryExecutor
 from .._retry_policy import RetryPolicy
+from .._threads import WorkerThreads, wait
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
+    from concurrent.futures import Executor
 
     from .._retry import Classifier
     from .otel import HarnessTracing
@@ -177,9 +191,10 @@ class GovernedTools:
     ) -> T:
         """Run ``fn(*args, **kwargs)`` as the governed call ``tool_call_id`` of ``tool``.
 
-        Returns its result; raises bad input before anything changes, the run's
-        ``RunTerminated`` when the reservation (of the call or of its result's bytes) is refused,
-        or ``fn``'s own last exception.
+        Each attempt runs ``fn`` in a new daemon thread, and this thread waits for it or for the
+        run's end: returns its result; raises bad input before anything changes, the run's
+        ``RunTerminated`` when the reservation (of the call or of its result's bytes) is refused
+        or the run ends while ``fn`` runs (the call abandoned), or ``fn``'s own last exception.
         """
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
@@ -187,10 +202,17 @@ class GovernedTools:
             raise TypeError(f"fn must not be a coroutine function, got {fn!r}: use call_async")
         self.check(tool, tool_call_id)
         reserve = self._reservation(tool)
+        ctx = self._ctx
 
         def attempt() -> T:
             reserve()
-            return fn(*args, **kwargs)
+            threads = WorkerThreads(tool)
+            try:
+                return wait(ctx, threads.submit(fn, *args, **kwargs))
+            except RunTerminated as ending:
+                if threads.running:
+                    raise AttemptAbandoned(ending) from None
+                raise
 
         def run(attempt: Callable[[], T]) -> T:
             subject = f"Tool {tool!r}"
@@ -213,15 +235,62 @@ class GovernedTools:
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
-        """``await fn(*args, **kwargs)`` as the governed call ``tool_call_id`` of ``tool``."""
+        """``await fn(*args, **kwargs)`` as the governed call ``tool_call_id`` of ``tool``.
+
+        The run's end cancels it: it raises the run's ``RunTerminated`` (see :meth:`call`).
+        """
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {fn!r}")
+        return await self.call_with_threads(
+            tool, tool_call_id, lambda _threads: fn(*args, **kwargs)
+        )
+
+    async def call_in_thread(
+        self, tool: str, tool_call_id: str, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """A sync ``fn(*args, **kwargs)`` as the governed call, awaited without blocking the loop.
+
+        ``fn`` runs in a new daemon thread; the run's end abandons it (see :meth:`call`).
+        """
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {fn!r}")
+        if inspect.iscoroutinefunction(fn):
+            raise TypeError(f"fn must not be a coroutine function, got {fn!r}: use call_async")
+        call = functools.partial(fn, *args, **kwargs)
+
+        def in_thread(threads: Executor) -> Awaitable[T]:
+            return asyncio.get_running_loop().run_in_executor(threads, call)
+
+        return await self.call_with_threads(tool, tool_call_id, in_thread)
+
+    async def call_with_threads(
+        self, tool: str, tool_call_id: str, fn: Callable[[Executor], Awaitable[T]]
+    ) -> T:
+        """``await fn(threads)`` as the governed call, ``fn`` handing its sync work to ``threads``.
+
+        For a framework that runs a sync Tool in an executor of its own choosing (pydantic-ai's
+        ``Agent.using_thread_executor``): ``threads`` is the attempt's
+        :class:`~.._threads.WorkerThreads`. The run's end cancels the attempt's task; what still
+        runs in ``threads`` then is abandoned, and the attempt journaled ``ABANDONED``.
+        """
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
         self.check(tool, tool_call_id)
         reserve = self._reservation(tool)
+        ctx = self._ctx
 
         async def attempt() -> T:
             reserve()
-            return await fn(*args, **kwargs)
+            threads = WorkerThreads(tool)
+            try:
+                # The deadline or a cancel cancels this task, and the Tool with it; a sibling's
+                # refusal that exhausted the budget does not: this call was granted, it finishes.
+                async with ctx.scope(Boundary.TOOL, cut_on_budget=False):
+                    return await fn(threads)
+            except RunTerminated as ending:
+                if threads.running:
+                    raise AttemptAbandoned(ending) from None
+                raise
 
         async def run(attempt: Callable[[], Awaitable[T]]) -> T:
             subject = f"Tool {tool!r}"

@@ -31,6 +31,15 @@ reserved. When a model answer asks for more parallel calls than the run has left
 start as fit; each refused one never starts and answers the model with the refusal, and the run
 has ended (``BUDGET_EXHAUSTED``), so the SDK's next Model call raises the harness's
 ``BudgetExhausted`` -- the tools that fit finish first, rather than being cancelled mid-call.
+A tool call in flight when the run's deadline passes or it is cancelled (from any thread, or
+another process through its store) is cut, with or without :func:`run_governed`: an async tool's
+task is cancelled; a sync tool (``@function_tool`` over a ``def``), which a thread cannot be made
+to stop, is abandoned -- the SDK would run it with ``asyncio.to_thread`` in the loop's default
+executor, which ``asyncio.run`` and the interpreter's exit both wait for, so a governed sync
+tool's whole invocation runs instead in a daemon thread of the harness, on an event loop of its
+own whose default executor starts daemon threads too. Its late result is discarded, the attempt
+journaled ``ABANDONED``, and the SDK's next Model call raises the run's ``RunTimedOut`` /
+``RunCancelled``.
 
 :func:`run_governed` and :func:`run_governed_streamed` run an agent under the run: the whole agent
 run inside ``ctx.scope()`` (a cancel from another thread stops it promptly, tools included), and
@@ -43,14 +52,18 @@ The core never imports this module; it imports ``agents`` (the ``openai-agents``
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
 import inspect
-from typing import TYPE_CHECKING, Any, TypeVar, final
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, final
 
 from .._boundary import Boundary
 from .._context import RunContext
 from .._errors import RunTerminated
 from .._retry import HarnessRetryExecutor
+from .._threads import WorkerThreads
 from ._agent_endings import agent_run_ending, refused_tool_call
 from ._chat import ChatResponse
 from ._classify import classify_openai
@@ -81,6 +94,7 @@ except ImportError as error:  # pragma: no cover - exercised without the extra i
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
+    from concurrent.futures import Executor
 
     from agents import StreamEvent
     from agents.agent_output import AgentOutputSchemaBase
@@ -107,6 +121,11 @@ DEFAULT_MODEL_POLICY = "diagnosis_agent"
 DEFAULT_TOOL_POLICY = "tool_call"
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+# What the SDK sets on the on_invoke_tool of a @function_tool over a plain `def` (it reads it itself
+# to refuse timeout_seconds for such a tool): its invocation runs the function via to_thread.
+_SYNC_TOOL_MARKER = "__agents_sync_function_tool__"
 
 # RunConfig fields the harness sets itself: given in **kw they would be silently replaced.
 _OWNED_KEYS = frozenset({"call_model_input_filter"})
@@ -319,26 +338,74 @@ class _HarnessModelProvider(ModelProvider):
 
 
 @final
-class _GovernedInvoke:
-    """A governed tool's ``on_invoke_tool``: the SDK's call, through the run's GovernedTools."""
+class _DaemonDefaultExecutor(ThreadPoolExecutor):
+    """A loop's default executor whose every call runs in a new daemon thread (WorkerThreads).
 
-    __slots__ = ("_invoke", "_name")
+    A ``ThreadPoolExecutor`` only because ``loop.set_default_executor`` accepts nothing else; it
+    starts none of the pool's threads, which the interpreter would join at exit.
+    """
+
+    def __init__(self, name: str) -> None:
+        super().__init__(max_workers=1)
+        # Not `_threads`: that is the pool's own attribute (its worker threads, none here).
+        self._harness_threads = WorkerThreads(name)
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        return self._harness_threads.submit(fn, *args, **kwargs)
+
+
+def _invoke_on_own_loop(name: str, invoke: Callable[[], Awaitable[T]]) -> T:
+    """Run a sync tool's SDK invocation to its end on an event loop of this (daemon) thread.
+
+    The SDK's ``asyncio.to_thread`` then puts the tool's function in another daemon thread: if
+    the run abandons the call, no thread of it is one that anybody waits for.
+    """
+    loop = asyncio.new_event_loop()
+    loop.set_default_executor(_DaemonDefaultExecutor(name))
+    try:
+        return loop.run_until_complete(invoke())
+    finally:
+        loop.close()
+
+
+@final
+class _GovernedInvoke:
+    """A governed tool's ``on_invoke_tool``: the SDK's call, through the run's GovernedTools.
+
+    ``sync``: the tool's function is a plain ``def`` (the SDK's own marker says so), and its
+    whole invocation runs in the attempt's daemon threads, so the run's end can abandon it.
+    """
+
+    __slots__ = ("_invoke", "_name", "_sync")
 
     def __init__(
-        self, name: str, invoke: Callable[[ToolContext[Any], str], Awaitable[Any]]
+        self, name: str, invoke: Callable[[ToolContext[Any], str], Awaitable[Any]], *, sync: bool
     ) -> None:
         self._name = name
         self._invoke = invoke
+        self._sync = sync
 
     async def __call__(self, tool_context: ToolContext[Any], arguments: str) -> Any:
         governance = _governance_of(tool_context.run_config, "the tool's run_config")
+        invoke, name = self._invoke, self._name
+
+        def execute(threads: Executor) -> Awaitable[Any]:
+            if not self._sync:
+                return invoke(tool_context, arguments)
+            # No context variable is carried over (the library touches none): the SDK's tool span
+            # is opened around this call, on the agent's loop, and stays where it is.
+            call = functools.partial(invoke, tool_context, arguments)
+            in_thread = functools.partial(_invoke_on_own_loop, name, call)
+            return asyncio.get_running_loop().run_in_executor(threads, in_thread)
+
         try:
-            return await governance.tools.call_async(
-                self._name, tool_context.tool_call_id, self._invoke, tool_context, arguments
+            return await governance.tools.call_with_threads(
+                name, tool_context.tool_call_id, execute
             )
         except RunTerminated as refused:
-            # The tool never started (or its result did not fit): the run has ended, and the SDK's
-            # next Model call raises this same ending. Siblings already running finish first.
+            # The tool never started, was cut or abandoned by the run's end, or its result did
+            # not fit: the run has ended, and the SDK's next Model call raises this same ending
+            # (no model sees this answer). Siblings granted before a budget refusal finish first.
             return refused_tool_call(refused)
 
 
@@ -354,7 +421,9 @@ def governed_tool(tool: FunctionTool) -> FunctionTool:
     if isinstance(tool.on_invoke_tool, _GovernedInvoke):
         return tool
     name = _budget_key(tool.name)
-    return dataclasses.replace(tool, on_invoke_tool=_GovernedInvoke(name, tool.on_invoke_tool))
+    sync = getattr(tool.on_invoke_tool, _SYNC_TOOL_MARKER, False) is True
+    invoke = _GovernedInvoke(name, tool.on_invoke_tool, sync=sync)
+    return dataclasses.replace(tool, on_invoke_tool=invoke)
 
 
 def _governance_of(run_config: object, what: str) -> _Governance:

@@ -28,10 +28,16 @@ those tasks, and never refuses a tool call by raising in one:
   result's bytes reserved. A refused reservation raises pydantic-ai's ``SkipToolExecution``
   instead of the refusal, so the calls that fit run and their siblings are not cancelled; the run
   has ended, and its next boundary (the next model request, or the end of the agent run) raises
-  the run's ``RunTerminated`` out of ``agent.run``. A tool call in flight is not interrupted by
-  the run's end -- a sync tool cannot be, it runs in a worker thread, and one interrupted when a
-  sibling's refusal exhausted the budget would be a call that fit and never ran -- and no tool
-  call starts after it.
+  the run's ``RunTerminated`` out of ``agent.run``. No tool call starts after the run's end.
+- A tool call in flight when the run's deadline passes or it is cancelled (from any thread, or
+  another process through its store) is cut: each attempt runs in ``ctx.scope()``, so an async
+  tool's task is cancelled. A sync tool, which a thread cannot be made to stop, runs in a new
+  daemon thread of the harness (pydantic-ai's ``Agent.using_thread_executor``, around the call
+  only) instead of anyio's worker threads, which the interpreter would wait for at exit: the
+  call is abandoned, its thread left to finish, its late result discarded, and the attempt
+  journaled ``ABANDONED``. Either way the call is skipped like a refused one, so its siblings
+  are cut by the run's end too, not by pydantic-ai cancelling them, and ``agent.run`` raises the
+  run's ``RunTimedOut`` / ``RunCancelled`` at its next boundary, at once.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from ._tools import DEFAULT_KEY_PREFIX, DEFAULT_TOOL_POLICY, GovernedTools
 
 try:
     import pydantic_core
+    from pydantic_ai import Agent
     from pydantic_ai.capabilities import AbstractCapability, CapabilityOrdering
     from pydantic_ai.exceptions import SkipToolExecution
     from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
@@ -62,6 +69,7 @@ except ImportError as error:  # pragma: no cover - the extra is installed wherev
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+    from concurrent.futures import Executor
 
     from pydantic_ai.capabilities.abstract import (
         ValidatedToolArgs,
@@ -235,11 +243,18 @@ class HarnessCapability(AbstractCapability[Any]):
         args: ValidatedToolArgs,
         handler: WrapToolExecuteHandler,
     ) -> Any:
+        async def execute(threads: Executor) -> Any:
+            # A sync tool runs in the attempt's daemon threads: abandoned, not waited for, when
+            # the run ends while it runs. (pydantic-ai's own setting, for this call only.)
+            with Agent.using_thread_executor(threads):
+                return await handler(args)
+
         try:
-            return await self._tools.call_async(call.tool_name, call.tool_call_id, handler, args)
+            return await self._tools.call_with_threads(call.tool_name, call.tool_call_id, execute)
         except RunTerminated as refused:
-            # Refused before it started (or its result refused): the run has ended, and its next
-            # boundary raises that. Raising here would cancel sibling calls that are running.
+            # Refused before it started, cut or abandoned by the run's end, or its result refused:
+            # the run has ended, and its next boundary raises that. Raising here would make
+            # pydantic-ai cancel sibling calls that were granted and have not started.
             raise SkipToolExecution(refused_tool_call(refused)) from refused
 
 
