@@ -9,6 +9,15 @@ once, and a store that does not answer refuses work with ``RunStoreUnavailable``
 
 from __future__ import annotations
 
+try:
+    import redis as _redis_py  # noqa: F401  # here, so that a missing one names the extra
+except ImportError as error:
+    if error.name != "redis":
+        raise  # redis-py is there but broken (one of its own imports): not "not installed"
+    from ..integrations._extras import missing_extra
+
+    raise missing_extra("redis", "redis", "diagnosis_harness.redis") from error
+
 from ._capacity import RedisCapacityCounter
 from ._store import RedisRunStore
 

@@ -152,11 +152,12 @@ class BoundedClient:
         future = self._submit(command)
         try:
             return future.result(timeout=max(0.0, bound.left()))
-        except concurrent.futures.TimeoutError:
+        except (concurrent.futures.TimeoutError, redis.TimeoutError) as error:
+            # Ours or the socket's (the store's timeout, when it set the bound): one message.
             future.cancel()  # not sent if no worker has taken it yet
             raise redis.TimeoutError(
                 f"no answer within {bound.seconds:.3g} s ({bound.why})"
-            ) from None
+            ) from error
 
     def shutdown(self) -> None:
         """Stop the workers (those waiting on a stalled server end with its timeout) and close
