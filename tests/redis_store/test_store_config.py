@@ -24,6 +24,8 @@ from diagnosis_harness.redis import RedisRunStore
 from .server import free_port
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .server import RedisServer
 
 LIMITS = BudgetLimits(
@@ -74,11 +76,14 @@ def test_a_client_without_a_usable_socket_timeout_is_refused_saying_what_to_set(
 def test_a_client_on_a_pool_the_store_cannot_copy_is_refused(redis_server: RedisServer) -> None:
     """The store talks on a pool of its own with the client's settings (redis-py's retries
     off); it can make one from a ConnectionPool or a BlockingConnectionPool only."""
-    sentinel = Sentinel([("127.0.0.1", redis_server.port)], socket_timeout=1.0)
-    pool = SentinelConnectionPool("main", sentinel, socket_timeout=1.0)
+    # Reached through typed variables: redis-py annotates these in some releases only.
+    make_sentinel: Callable[..., Sentinel] = Sentinel
+    make_pool: Callable[..., redis.ConnectionPool] = SentinelConnectionPool
+    make_blocking: Callable[..., redis.ConnectionPool] = redis.BlockingConnectionPool
+    pool = make_pool("main", make_sentinel([("127.0.0.1", redis_server.port)]))
     with pytest.raises(TypeError, match=r"ConnectionPool or BlockingConnectionPool.*Sentinel"):
         RedisRunStore(redis.Redis(connection_pool=pool), namespace="ns")
-    blocking = redis.BlockingConnectionPool(port=redis_server.port, socket_timeout=1.0)
+    blocking = make_blocking(port=redis_server.port, socket_timeout=1.0)
     store = RedisRunStore(redis.Redis(connection_pool=blocking), namespace="ns")
     _create(store, f"run-{uuid.uuid4().hex}").reserve_model_call()
     store.close()

@@ -110,8 +110,8 @@ class BoundedClient:
     __slots__ = ("_executor", "_lock", "_pid", "client", "timeout")
 
     def __init__(self, client: redis.Redis) -> None:
-        self.timeout: Final = _timeout_of(client)
         self.client: Final = _untried(client)
+        self.timeout: Final = _timeout_of(client)
         self._lock = threading.Lock()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._pid = os.getpid()
