@@ -301,14 +301,13 @@ def test_a_store_nobody_holds_any_more_stops_its_listener(
     redis_server: RedisServer, namespace: str
 ) -> None:
     """A service that makes a store per request and forgets to close it must not keep threads
-    and connections for each: the listener and the store's workers stop when the store is
-    collected."""
+    and connections for each: the listener, and the store's workers if it started any, stop
+    when the store is collected."""
     before = set(threading.enumerate())
     store = RedisRunStore(redis_server.client(), namespace=namespace)
     ctx = _create(store)
     threads = [t for t in threading.enumerate() if t not in before]
     assert "diagnosis-harness-redis-listener" in {t.name for t in threads}
-    assert any(t.name.startswith("diagnosis-harness-redis_") for t in threads)  # a worker
     del ctx, store
     gc.collect()
     for thread in threads:

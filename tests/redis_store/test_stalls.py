@@ -167,23 +167,29 @@ def test_a_stalled_server_does_not_hold_the_listener(fresh_server: RedisServer) 
     client.close()
 
 
+@pytest.mark.parametrize(
+    "timeout",
+    [60.0, 8.0],  # the deadline beyond a connect and a read (5 s each), or not
+    ids=["in-the-callers-thread", "on-a-worker"],
+)
 @pytest.mark.parametrize("ending", ["reservation", "cancel", "succeed", "create"])
 def test_a_write_whose_answer_was_lost_is_sent_again_and_applied_once(
-    fresh_server: RedisServer, ending: str
+    fresh_server: RedisServer, ending: str, timeout: float
 ) -> None:
     """The server ran the write; the connection closed before its answer came back. The store
     sends it again, with the same id, on a new connection: a reservation is granted and counted
     once, a cancel or a finish learns that it was the one that ended the run (its callbacks ran
-    once), a create finds the run its own (not a RunStoreConflict)."""
+    once), a create finds the run its own (not a RunStoreConflict). Far from the deadline the
+    command runs in the caller's thread, near it on one of the store's workers: both ways."""
     proxy = Proxy(fresh_server.port)
     client = redis.Redis(host="127.0.0.1", port=proxy.port, socket_timeout=5.0)
     store = RedisRunStore(client, namespace="lost")
     if ending == "create":
         proxy.lose_next_reply(b"FCALL")
-        ctx = _create(store, 60.0)
+        ctx = _create(store, timeout)
         assert ctx.lifecycle.state is RunState.RUNNING
     else:
-        ctx = _create(store, 60.0)
+        ctx = _create(store, timeout)
         seen: list[CancellationReason] = []
         ctx.cancellation.register(seen.append)
         proxy.lose_next_reply(b"FCALL")

@@ -6,14 +6,19 @@ to a server that stopped answering held a boundary for a minute. It has no per-c
 a pooled connection's socket timeout is fixed when it connects, and a new connection's handshake
 (AUTH, SELECT, HELLO, CLIENT SETINFO) reads with it too. So the store does not send on the
 client it is given. :class:`BoundedClient` derives a client of its own from that client's
-connection settings, with redis-py's retries off, and runs each command on one of its worker
-threads; the caller waits for the answer until its :class:`Bound` -- the run's deadline, or the
-store's timeout (the client's ``socket_timeout``) when that is sooner, and never less than
-:data:`GRACE_SECONDS` -- and then stops waiting, with ``redis.TimeoutError``.
+connection settings, with redis-py's retries off. An operation's :class:`Bound` is the run's
+deadline, or the store's timeout (the client's ``socket_timeout``) when that is sooner, and never
+less than :data:`GRACE_SECONDS`; past it the operation fails with ``redis.TimeoutError``.
 
-A command the caller stopped waiting for ends on its worker within the store's timeout (its
-socket times out; nothing retries it), and its answer is dropped: the server may still apply it
-once it answers again. Every write carries an operation id the server remembers
+Where the command runs follows from the bound. Without retries, the slowest way a command on a
+server that stopped answering can fail in the caller's own thread is a connect and one read, each
+ended by its own timeout (``socket_connect_timeout`` + ``socket_timeout``: a new connection's
+handshake fails at its first read). While the run's deadline is further away than that, the
+command runs in the caller's thread and the store's timeout bounds it, at no cost. Nearer the
+deadline it runs on one of the store's worker threads, and the caller stops waiting when the
+bound passes: a command it stopped waiting for ends on its worker within the store's timeout
+(its socket times out; nothing retries it), and its answer is dropped -- the server may still
+apply it once it answers again. Every write carries an operation id the server remembers
 (``lua/common.lua``), so a write sent again is applied once.
 
 The store decides what is retried: after a ``redis.ConnectionError`` (a pooled connection the
@@ -55,11 +60,13 @@ _POOLS: Final = (redis.ConnectionPool, redis.BlockingConnectionPool)
 @dataclass(frozen=True, slots=True)
 class Bound:
     """One operation waits for the store until ``until`` (``time.monotonic()``), ``seconds``
-    after it began; ``why`` says which limit set it, for the error."""
+    after it began; ``why`` says which limit set it, for the error. ``here``: its commands run
+    in the caller's thread, the socket timeouts ending them well before the deadline."""
 
     until: float
     seconds: float
     why: str
+    here: bool
 
     def left(self) -> float:
         return self.until - time.monotonic()
@@ -107,11 +114,14 @@ class BoundedClient:
     (threads do not survive ``fork()``).
     """
 
-    __slots__ = ("_executor", "_lock", "_pid", "client", "timeout")
+    __slots__ = ("_executor", "_lock", "_pid", "_slowest", "client", "timeout")
 
     def __init__(self, client: redis.Redis) -> None:
         self.client: Final = _untried(client)
         self.timeout: Final = _timeout_of(client)
+        connect = client.connection_pool.connection_kwargs.get("socket_connect_timeout")
+        # The slowest failure in the caller's thread: a connect, then one read (module doc).
+        self._slowest = self.timeout + (float(connect) if connect else self.timeout)
         self._lock = threading.Lock()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._pid = os.getpid()
@@ -121,6 +131,7 @@ class BoundedClient:
         time before the run's deadline, on the run's clock) if sooner, but at least
         :data:`GRACE_SECONDS`."""
         seconds, why = self.timeout, "the store's timeout, the client's socket_timeout"
+        here = left_ns is None or left_ns / 1e9 > self._slowest
         if left_ns is not None:
             left = max(left_ns / 1e9, GRACE_SECONDS)
             if left < seconds:
@@ -130,7 +141,7 @@ class BoundedClient:
                     if left_ns / 1e9 > GRACE_SECONDS
                     else "the grace at the run's deadline"
                 )
-        return Bound(until=time.monotonic() + seconds, seconds=seconds, why=why)
+        return Bound(until=time.monotonic() + seconds, seconds=seconds, why=why, here=here)
 
     def run(self, command: Callable[[redis.Redis], T], bound: Bound | None) -> T:
         """``command(client)``'s answer; its ``RedisError``; ``redis.TimeoutError`` once
@@ -142,11 +153,21 @@ class BoundedClient:
         """
         for attempt in (1, 2):
             try:
-                return command(self.client) if bound is None else self._wait(command, bound)
+                if bound is None:
+                    return command(self.client)
+                return self._here(command, bound) if bound.here else self._wait(command, bound)
             except redis.ConnectionError:
                 if attempt == 2 or (bound is not None and bound.left() <= 0):
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _here(self, command: Callable[[redis.Redis], T], bound: Bound) -> T:
+        try:
+            return command(self.client)
+        except redis.TimeoutError as error:
+            raise redis.TimeoutError(
+                f"no answer within {bound.seconds:.3g} s ({bound.why})"
+            ) from error
 
     def _wait(self, command: Callable[[redis.Redis], T], bound: Bound) -> T:
         future = self._submit(command)
