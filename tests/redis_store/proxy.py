@@ -3,7 +3,8 @@
 ``lose_next_reply(b"FCALL")`` forwards the next command containing those bytes to the server --
 which runs it -- and closes the client's connection instead of passing the reply on: a write
 applied whose answer never came back. ``stall()`` stops forwarding in both directions while
-still accepting connections (a hung server behind a live port), ``flow()`` lets it go on, and
+still accepting connections (a hung server behind a live port) -- ``wait_for_held(marker)``
+waits until a command holding those bytes is held back -- ``flow()`` lets it go on, and
 ``cut()`` closes every connection (the server sees its clients go). ``connections`` counts the
 connections accepted, and ``wait_for_connections(n)`` waits until there have been ``n``.
 """
@@ -32,6 +33,7 @@ class Proxy:
         self._changed = threading.Condition()
         self.connections = 0
         self._lose_after: bytes | None = None
+        self._held: list[bytes] = []  # what the clients sent while stalled
         self._sockets: list[socket.socket] = []
         self._closed = False
         threading.Thread(target=self._accept, daemon=True, name="test-proxy").start()
@@ -58,6 +60,10 @@ class Proxy:
         with self._changed:
             return self._changed.wait_for(lambda: self.connections >= n, timeout)
 
+    def wait_for_held(self, marker: bytes, timeout: float = 30.0) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: any(marker in d for d in self._held), timeout)
+
     def close(self) -> None:
         self._closed = True
         self.flow()
@@ -70,7 +76,11 @@ class Proxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
-            server = socket.create_connection(("127.0.0.1", self._upstream))
+            try:
+                server = socket.create_connection(("127.0.0.1", self._upstream))
+            except OSError:  # the server is gone (a test's teardown): so is this connection
+                client.close()
+                continue
             lost = threading.Event()  # set: the reply to the marked command is to be lost
             with self._changed:
                 self._sockets += [client, server]
@@ -91,6 +101,10 @@ class Proxy:
                 data = source.recv(_CHUNK)
                 if not data:
                     break
+                if up and not self._flowing.is_set():
+                    with self._changed:
+                        self._held.append(data)
+                        self._changed.notify_all()
                 self._flowing.wait()
                 if up:
                     with self._changed:

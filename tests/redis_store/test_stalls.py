@@ -10,6 +10,7 @@ out on purpose.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,8 @@ from diagnosis_harness import (
     Boundary,
     BudgetLimits,
     CancellationReason,
+    Deadline,
+    ManualClock,
     RunContext,
     RunState,
     RunStoreUnavailable,
@@ -88,6 +91,12 @@ def test_a_stalled_server_fails_every_boundary_and_read_by_the_deadline(
     after it within the grace; nothing is granted, and once the server answers again the run
     has timed out."""
     client = redis.Redis(host="127.0.0.1", port=paused.port, **settings)
+    if client.connection_pool.connection_kwargs.get("socket_timeout") is None:
+        # redis-py before 8 has no default socket timeout: such a client is refused, saying
+        # what to set, rather than trusted to give up.
+        with pytest.raises(ValueError, match=r"client must have a socket_timeout"):
+            RedisRunStore(client, namespace="stall")
+        return
     store = RedisRunStore(client, namespace="stall")
     ctx = _create(store, _DEADLINE)
     ctx.reserve_model_call()
@@ -203,6 +212,50 @@ def test_a_write_whose_answer_was_lost_is_sent_again_and_applied_once(
             assert ctx.lifecycle.succeed().changed is True
             assert seen == [CancellationReason.RUN_FINISHED]
     assert proxy.connections >= 2  # the answer was lost: it was sent again on a new connection
+    store.close()
+    proxy.close()
+    client.close()
+
+
+def test_a_grant_answered_past_the_deadline_is_not_used(fresh_server: RedisServer) -> None:
+    """The server granted the reservation at the boundary's reading, before the deadline; the
+    answer came back after it. The work would start late: the boundary times the run out
+    instead (the reservation stays counted, unused)."""
+    proxy = Proxy(fresh_server.port)
+    client = redis.Redis(host="127.0.0.1", port=proxy.port, socket_timeout=5.0)
+    store = RedisRunStore(client, namespace="late")
+    clock = ManualClock()
+    ctx = RunContext.create(
+        session_id="s",
+        run_id=uuid.uuid4().hex,
+        limits=LIMITS,
+        deadline=Deadline.at_ns(10 * _NS),
+        clock=clock,
+        store=store,
+    )
+    outcome: list[BaseException | None] = []
+
+    def reserve() -> None:
+        try:
+            ctx.reserve_tool_call("search")
+            outcome.append(None)
+        except BaseException as error:  # what the boundary raised, to check
+            outcome.append(error)
+
+    ctx.reserve_tool_call("fetch")  # the store's connection is made (its handshake not held)
+    proxy.stall()
+    reserving = threading.Thread(target=reserve)
+    reserving.start()
+    assert proxy.wait_for_held(b"FCALL")  # sent, read at run time 0, held on its way
+    clock.advance_ns(10 * _NS)  # the deadline passes meanwhile
+    proxy.flow()
+    reserving.join(30)
+    [error] = outcome
+    assert isinstance(error, RunTimedOut), error
+    termination = ctx.lifecycle.termination
+    assert termination is not None
+    assert termination.state is RunState.TIMED_OUT
+    assert ctx.budget.snapshot().per_tool_calls == {"fetch": 1, "search": 1}  # counted, unused
     store.close()
     proxy.close()
     client.close()
