@@ -4,7 +4,8 @@
 ``RunContext.attach(session_id=..., run_id=..., store=...)`` opens it in any other process. The
 run means what it means in one process (``docs/workers.md``): every operation is one server-side
 script, the first ending wins everywhere, every attached process runs its own callbacks exactly
-once, and a store that does not answer refuses work with ``RunStoreUnavailable``.
+once, and a store that does not answer refuses work with ``RunStoreUnavailable`` -- by the run's
+deadline at the latest: no round trip to Redis outlives the run.
 """
 
 from __future__ import annotations
