@@ -155,7 +155,9 @@ class BoundedClient:
             try:
                 if bound is None:
                     return command(self.client)
-                return self._here(command, bound) if bound.here else self._wait(command, bound)
+                if bound.here and attempt == 1:  # a second one could outlast what the first left
+                    return self._here(command, bound)
+                return self._wait(command, bound)
             except redis.ConnectionError:
                 if attempt == 2 or (bound is not None and bound.left() <= 0):
                     raise
@@ -170,7 +172,10 @@ class BoundedClient:
             ) from error
 
     def _wait(self, command: Callable[[redis.Redis], T], bound: Bound) -> T:
-        future = self._submit(command)
+        try:
+            future = self._submit(command)
+        except RuntimeError as error:  # no new threads once the interpreter is exiting
+            raise redis.ConnectionError(f"the store's workers are gone: {error}") from error
         try:
             return future.result(timeout=max(0.0, bound.left()))
         except (concurrent.futures.TimeoutError, redis.TimeoutError) as error:
