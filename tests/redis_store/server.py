@@ -3,12 +3,16 @@
 Debian's ``redis-server`` (``.ci/run`` installs it). A server is started with no snapshots and,
 unless asked, no append-only file, in its own temporary directory; :meth:`RedisServer.kill`
 and :meth:`RedisServer.start` let the fault tests crash it and bring it back on the same port
-and directory (so an append-only file, when enabled, is read back).
+and directory (so an append-only file, when enabled, is read back); :meth:`RedisServer.pause`
+and :meth:`RedisServer.resume` stop it answering (``SIGSTOP``: its port still accepts connections,
+as a hung server's does) and let it go on.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -82,6 +86,17 @@ class RedisServer:
         kwargs.setdefault("socket_timeout", 5.0)
         return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
 
+    def pause(self) -> None:
+        """Stop the process (SIGSTOP), and return once it is stopped: it reads nothing more."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGSTOP)
+        os.waitpid(self._process.pid, os.WUNTRACED)  # returns when the child has stopped
+
+    def resume(self) -> None:
+        """Let a paused process go on (SIGCONT); harmless on one that is not paused."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGCONT)
+
     def kill(self) -> None:
         """Crash it (SIGKILL): nothing is flushed that was not already."""
         assert self._process is not None
@@ -91,6 +106,7 @@ class RedisServer:
 
     def stop(self) -> None:
         if self._process is not None:
+            self.resume()  # a paused process would not act on SIGTERM
             self._process.terminate()
             try:
                 self._process.wait(timeout=10)

@@ -274,8 +274,8 @@ def test_an_owner_dropped_right_after_the_listener_first_read_it_is_forgotten(
 ) -> None:
     """The listener holds no owner longer than it reads it: it used to keep the last owner it
     re-read as a new one in a local variable of its loop, alive until the next new owner came."""
-    client = _ClientWithAHook(host="127.0.0.1", port=redis_server.port, socket_timeout=5.0)
-    store = RedisRunStore(client, namespace=other_store.namespace)
+    client = _ClientWithAHook(redis_server.port)
+    store = RedisRunStore(client.client, namespace=other_store.namespace)
     _create(other_store)
     first = _attach(store)
     _catch_up(store, other_store, "marker")  # run-1's channel is subscribed
@@ -300,17 +300,19 @@ def test_an_owner_dropped_right_after_the_listener_first_read_it_is_forgotten(
 def test_a_store_nobody_holds_any_more_stops_its_listener(
     redis_server: RedisServer, namespace: str
 ) -> None:
-    """A service that makes a store per request and forgets to close it must not keep a thread
-    and a pub/sub connection for each: the listener stops when its store is collected."""
+    """A service that makes a store per request and forgets to close it must not keep threads
+    and connections for each: the listener, and the store's workers if it started any, stop
+    when the store is collected."""
     before = set(threading.enumerate())
     store = RedisRunStore(redis_server.client(), namespace=namespace)
     ctx = _create(store)
-    [thread] = [t for t in threading.enumerate() if t not in before]
-    assert thread.name == "diagnosis-harness-redis-listener"
+    threads = [t for t in threading.enumerate() if t not in before]
+    assert "diagnosis-harness-redis-listener" in {t.name for t in threads}
     del ctx, store
     gc.collect()
-    thread.join(_WAIT_SECONDS)
-    assert not thread.is_alive()
+    for thread in threads:
+        thread.join(_WAIT_SECONDS)
+        assert not thread.is_alive(), thread.name
 
 
 def test_a_listener_read_that_an_ending_overtakes_is_harmless(
@@ -319,8 +321,8 @@ def test_a_listener_read_that_an_ending_overtakes_is_harmless(
     """The listener read the run running; before it took the answer in, this process ended the
     run and is running its callbacks. The stale answer must not deliver (it used to, with its
     empty signal: a ValueError, and the listener dropped its connection and started over)."""
-    client = _ClientWithAHook(host="127.0.0.1", port=redis_server.port, socket_timeout=5.0)
-    store = RedisRunStore(client, namespace=other_store.namespace)
+    client = _ClientWithAHook(redis_server.port)
+    store = RedisRunStore(client.client, namespace=other_store.namespace)
     listener_read, in_callbacks, release = threading.Event(), threading.Event(), threading.Event()
 
     def after_the_listeners_read() -> None:
@@ -363,24 +365,45 @@ def test_a_closed_store_watches_nothing(store: RedisRunStore) -> None:
     assert ctx.lifecycle.termination is None  # the owners still read the store
 
 
-class _ClientWithAHook(redis.Redis):
-    """A real client that runs ``after_read`` right after each read of a run's state (until the
-    hook clears it): the moment between an attach's first read and its watch, made to happen.
-    ``after_script`` runs likewise once a script's answer is in, before the caller has it: an
-    answer that reaches its caller late."""
+class _ClientWithAHook:
+    """A real client whose connections run ``after_read`` right after each read of a run's
+    state, in the thread that read it (until the hook clears it): the moment between an
+    attach's first read and its watch, made to happen. ``after_script`` runs likewise once a
+    script's answer is in, before the caller has it: an answer that reaches its caller late.
+    The store talks on connections of its own made with the client's connection class, so the
+    hooks are on the connection."""
 
-    after_read: Callable[[], None] | None = None
-    after_script: Callable[[], None] | None = None
+    def __init__(self, port: int) -> None:
+        self.after_read: Callable[[], None] | None = None
+        self.after_script: Callable[[], None] | None = None
+        hook = self
 
-    def execute_command(self, *args: Any, **options: Any) -> Any:
-        answer = super().execute_command(*args, **options)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
-        hook = self.after_read
-        if hook is not None and args[0] == "HMGET" and "state" in args[2:]:
-            hook()
-        script_hook = self.after_script
-        if script_hook is not None and args[0] == "FCALL":
-            script_hook()
-        return answer
+        class Connection(redis.Connection):
+            sent: tuple[Any, ...] = ()
+
+            def send_command(self, *args: Any, **kwargs: Any) -> None:
+                self.sent = args
+                send: Callable[..., None] = super().send_command
+                send(*args, **kwargs)
+
+            def read_response(self, *args: Any, **kwargs: Any) -> Any:
+                read: Callable[..., Any] = super().read_response
+                answer = read(*args, **kwargs)
+                after = hook.after_read
+                if after is not None and self.sent[:1] == ("HMGET",) and "state" in self.sent:
+                    after()
+                late = hook.after_script
+                if late is not None and self.sent[:1] == ("FCALL",):
+                    late()
+                return answer
+
+        pool = redis.ConnectionPool(
+            connection_class=Connection, host="127.0.0.1", port=port, socket_timeout=5.0
+        )
+        self.client = redis.Redis(connection_pool=pool)
+
+    def close(self) -> None:
+        self.client.close()
 
 
 @pytest.mark.parametrize("already_subscribed", [False, True])
@@ -393,8 +416,8 @@ def test_an_ending_between_an_attachs_first_read_and_its_watch_is_delivered(
     that owner's callback, which the listener runs on the ending's message, holds the listener
     until the late owner is watched: the message is past, and the channel still subscribed.
     No operation of the late owner reads the run before the check: only the listener can."""
-    client = _ClientWithAHook(host="127.0.0.1", port=redis_server.port, socket_timeout=5.0)
-    store = RedisRunStore(client, namespace=other_store.namespace)
+    client = _ClientWithAHook(redis_server.port)
+    store = RedisRunStore(client.client, namespace=other_store.namespace)
     _create(other_store)
     listener_held, late_watched = threading.Event(), threading.Event()
     if already_subscribed:
@@ -438,8 +461,8 @@ def test_the_call_that_ends_the_run_returns_after_the_listener_ran_the_callbacks
     after they ran. Here the listener runs them: the cancel's own answer reaches it late, once
     the listener has started the callbacks; the callback then gives ``cancel()`` a bounded while
     to return, which it must not do before the callback has finished."""
-    client = _ClientWithAHook(host="127.0.0.1", port=redis_server.port, socket_timeout=5.0)
-    store = RedisRunStore(client, namespace=other_store.namespace)
+    client = _ClientWithAHook(redis_server.port)
+    store = RedisRunStore(client.client, namespace=other_store.namespace)
     ctx = _create(store)
     _catch_up(store, other_store, "marker")  # run-1's channel is subscribed
     started, finished, returned = threading.Event(), threading.Event(), threading.Event()

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 import redis
 from redis.crc import key_slot
+from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from diagnosis_harness import (
     BudgetLimits,
@@ -23,6 +24,8 @@ from diagnosis_harness.redis import RedisRunStore
 from .server import free_port
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .server import RedisServer
 
 LIMITS = BudgetLimits(
@@ -51,11 +54,40 @@ def test_a_client_that_is_not_connected_is_refused_naming_the_store() -> None:
     client.close()
 
 
-def test_a_client_without_a_socket_timeout_is_refused(redis_server: RedisServer) -> None:
+def test_a_client_without_a_usable_socket_timeout_is_refused_saying_what_to_set(
+    redis_server: RedisServer,
+) -> None:
+    """The client's socket_timeout is the store's timeout: without one (redis-py before 8 has
+    none by default) a store would wait for a hung server as long as the run's deadline allows,
+    every time; 0 would make its sockets non-blocking."""
     client = redis_server.client(socket_timeout=None)
-    with pytest.raises(ValueError, match="socket_timeout"):
+    with pytest.raises(
+        ValueError, match=r"socket_timeout \(seconds\), e\.g\. redis\.Redis\(\.\.\., "
+    ):
         RedisRunStore(client, namespace="ns")
     client.close()
+    for timeout in (0, -1.0, float("inf"), float("nan")):
+        client = redis_server.client(socket_timeout=timeout)
+        with pytest.raises(ValueError, match=r"socket_timeout must be a finite number > 0"):
+            RedisRunStore(client, namespace="ns")
+        client.close()
+
+
+def test_a_client_on_a_pool_the_store_cannot_copy_is_refused(redis_server: RedisServer) -> None:
+    """The store talks on a pool of its own with the client's settings (redis-py's retries
+    off); it can make one from a ConnectionPool or a BlockingConnectionPool only."""
+    # Reached through typed variables: redis-py annotates these in some releases only.
+    make_sentinel: Callable[..., Sentinel] = Sentinel
+    make_pool: Callable[..., redis.ConnectionPool] = SentinelConnectionPool
+    make_blocking: Callable[..., redis.ConnectionPool] = redis.BlockingConnectionPool
+    pool = make_pool("main", make_sentinel([("127.0.0.1", redis_server.port)]))
+    with pytest.raises(TypeError, match=r"ConnectionPool or BlockingConnectionPool.*Sentinel"):
+        RedisRunStore(redis.Redis(connection_pool=pool), namespace="ns")
+    blocking = make_blocking(port=redis_server.port, socket_timeout=1.0)
+    store = RedisRunStore(redis.Redis(connection_pool=blocking), namespace="ns")
+    _create(store, f"run-{uuid.uuid4().hex}").reserve_model_call()
+    store.close()
+    blocking.disconnect()
 
 
 def test_the_arguments_of_a_store_are_checked(client: redis.Redis) -> None:

@@ -4,19 +4,19 @@ The same contract as :class:`~diagnosis_harness.RunCapacityCounter` -- ``try_res
 ``n`` only if the sum still fits the limit, all or nothing, and a rejection changes nothing --
 with the check and the add one server-side script (``lua/capacity.lua``) on a key under the run's
 hash tag, which expires with the run's other keys. The first counter made for a run sets its
-limit; a counter made with another limit is refused, as a configuration error.
+limit; a counter made with another limit is refused, as a configuration error. A counter knows
+no deadline: each round trip waits at most the store's timeout.
 """
 
 from __future__ import annotations
 
-import itertools
-import uuid
 from typing import TYPE_CHECKING, Any, Final, final
 
 import redis
 
 from .._errors import RunStoreConflict
 from .._validate import positive_int
+from ._ops import OperationIds
 
 if TYPE_CHECKING:
     from ._store import RedisRunStore, RunKeys
@@ -33,18 +33,18 @@ class RedisCapacityCounter:
     """Reserves byte counts for one stored run, up to ``limit_bytes`` across every process.
 
     Made by :meth:`RedisRunStore.capacity_counter`. A store that does not answer raises
-    :class:`~diagnosis_harness.RunStoreUnavailable` (nothing reserved); a retried call is
-    applied once.
+    :class:`~diagnosis_harness.RunStoreUnavailable` (nothing reserved); a call sent again
+    (after a lost connection, or a reservation of the same ``n`` asked for again after one got
+    no answer) is applied once.
     """
 
-    __slots__ = ("_keys", "_limit", "_ops", "_store", "_token")
+    __slots__ = ("_ids", "_keys", "_limit", "_store")
 
     def __init__(self, store: RedisRunStore, keys: RunKeys, limit_bytes: int) -> None:
         self._limit: Final = positive_int("limit_bytes", limit_bytes)
         self._store = store
         self._keys = keys
-        self._token = uuid.uuid4().hex
-        self._ops = itertools.count()
+        self._ids = OperationIds()
         self._call(0)  # the limit is checked against the stored one now, not at first use
 
     def try_reserve(self, n: int) -> bool:
@@ -64,12 +64,15 @@ class RedisCapacityCounter:
         return self._limit - self.used
 
     def _call(self, n: int) -> list[Any]:
-        op = f"{self._token}:{next(self._ops)}" if n else ""
+        write = ("capacity", n)
+        op = self._ids.take(write) if n else ""  # n == 0 only reads
         try:
             answer = self._store.call(
                 "capacity", self._keys, [self._keys.channel, op, 0, self._limit, n]
             )
         except redis.RedisError as error:
+            if n:
+                self._ids.unanswered(write, op)
             raise self._store.unavailable(
                 f"capacity of run {self._keys.run_id!r}", error
             ) from error

@@ -22,6 +22,11 @@ watched on any more is unsubscribed on the thread's next turn. A closed listener
 
 The listener is a convenience for callbacks, not a gate: every operation of an owner reads the
 stored state itself, so no work is ever granted on what the listener has or has not heard.
+
+A stalled server never holds the thread for long: its connection is the store's own (redis-py's
+retries off, :mod:`._bounded`), so each command fails within the store's timeout, and each
+re-read of a run is bounded as any read of a property is; ``close()`` returns once the command
+in progress has.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import logging
 import queue
 import threading
 import weakref
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 import redis
 
@@ -53,6 +58,41 @@ _Owner = weakref.ref["RedisRun"]
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+@final
+class _Subscription:
+    """redis-py's ``PubSub`` behind typed methods.
+
+    redis-py leaves some of these unannotated, and which ones changes between releases (8.1:
+    ``Redis.pubsub``; 8.2: ``PubSub.unsubscribe``, ``get_message``). Each is reached through a
+    variable of a declared type, which checks the same against every release: no ignore that
+    one release needs and the next rejects as unused.
+    """
+
+    __slots__ = ("_pubsub",)
+
+    def __init__(self, client: redis.Redis) -> None:
+        make: Callable[[], redis.client.PubSub] = client.pubsub
+        self._pubsub = make()
+
+    def subscribe(self, channels: set[str]) -> None:
+        subscribe: Callable[..., object] = self._pubsub.subscribe
+        subscribe(*channels)
+
+    def unsubscribe(self, channels: set[str]) -> None:
+        unsubscribe: Callable[..., object] = self._pubsub.unsubscribe
+        unsubscribe(*channels)
+
+    def get_message(self, timeout: float) -> dict[str, Any] | None:
+        """The next message (a subscription's confirmation included), or None after
+        ``timeout`` seconds."""
+        get: Callable[..., dict[str, Any] | None] = self._pubsub.get_message
+        return get(timeout=timeout)
+
+    def close(self) -> None:
+        close: Callable[[], object] = self._pubsub.close
+        close()
 
 
 @final
@@ -77,12 +117,13 @@ class Listener:
     )
 
     def __init__(self, client: redis.Redis) -> None:
+        """``client``: the store's own (:class:`~._bounded.BoundedClient`), without retries."""
         self._client = client
         self._lock = threading.Lock()
         self._owners: dict[str, list[_Owner]] = {}
         self._fresh: list[tuple[str, _Owner]] = []
         self._collected: queue.SimpleQueue[str] = queue.SimpleQueue()
-        self._pubsub: redis.client.PubSub | None = None
+        self._pubsub: _Subscription | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -162,8 +203,7 @@ class Listener:
         while not self._stop.is_set():
             try:
                 if self._pubsub is None:
-                    # redis-py leaves pubsub() unannotated; it returns a PubSub
-                    self._pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
+                    self._pubsub = _Subscription(self._client)
                     subscribed = set()
                 with self._lock:
                     self._prune()
@@ -171,9 +211,9 @@ class Listener:
                     fresh, self._fresh = self._fresh, []
                 live = set(subscribed)  # a new owner on one of these is re-read now
                 if wanted - subscribed:
-                    self._pubsub.subscribe(*(wanted - subscribed))
+                    self._pubsub.subscribe(wanted - subscribed)
                 if subscribed - wanted:
-                    self._pubsub.unsubscribe(*(subscribed - wanted))
+                    self._pubsub.unsubscribe(subscribed - wanted)
                 subscribed = wanted
                 self._reread(fresh, live)
                 if not subscribed:

@@ -21,17 +21,24 @@ deadline and every termination's ``at_ns`` come back as ``stored - offset``, on 
 clock. So all processes compare against one instant; a process's error is half a round trip plus
 its clock's drift since it attached, and the hosts' wall clocks do not matter.
 
-Fail closed. A Redis error is :class:`~diagnosis_harness.RunStoreUnavailable`: nothing was
-granted. A grant or a usage report carries an id the script remembers, so a call the client
-retries after a lost connection is applied once. A usage report the store did not acknowledge is
-kept and sent again, with the same id, before this process's next operation on the run.
+Bounded. Every operation -- a boundary, a usage report, an ending, a read of a property --
+waits for the store at most until the run's deadline, or the store's timeout if sooner, and at
+least the grace (:mod:`._bounded`); a lock it needs is waited for within the same bound. An
+answer granting work that arrives at or after the deadline is not used: the boundary times the
+run out instead. Past the deadline a boundary never grants.
+
+Fail closed. A Redis error or a store that does not answer in time is
+:class:`~diagnosis_harness.RunStoreUnavailable`: nothing was granted. Every write carries an
+operation id the script remembers (:mod:`._ops`), so a write sent again -- by the store after a
+lost connection, or as the id a reservation without an answer leaves to the next one like it --
+is applied once. A usage report the store did not acknowledge is kept and sent again, with the
+same id, before this process's next operation on the run.
 """
 
 from __future__ import annotations
 
-import itertools
+import contextlib
 import threading
-import uuid
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, NoReturn, final
 
@@ -43,10 +50,14 @@ from .._endings import CancellationReason, FinishResult, RunTermination, ending_
 from .._errors import RunStoreUnavailable, UnknownRun
 from .._generated.tables import BudgetState, LifecycleEvent, RunState
 from .._limits import BudgetDimension, BudgetLimits, BudgetUsage
+from ._ops import OperationIds
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from .._cancellation import CallbackErrorHandler, CancellationCallback
     from .._clock import Clock
+    from ._bounded import Bound
     from ._store import RedisRunStore, RunKeys
 
 __all__ = ["RedisRun"]
@@ -67,6 +78,7 @@ class RedisRun:
     run's timeline), the clock. Under ``_lock``: ``_signal`` (this process's callbacks). Set once
     and never changed: ``_termination`` (read from the store), ``_delivered`` (this process's
     callbacks have run). ``_unsent``, under ``_unsent_lock``: usage reports to send again.
+    ``_ids``: the operation ids of this owner's writes (thread-safe itself).
     """
 
     __slots__ = (
@@ -74,15 +86,14 @@ class RedisRun:
         "_clock",
         "_delivered",
         "_deliverer",
+        "_ids",
         "_keys",
         "_limits",
         "_lock",
         "_offset",
-        "_ops",
         "_signal",
         "_store",
         "_termination",
-        "_token",
         "_unsent",
         "_unsent_lock",
         "deadline_ns",
@@ -110,8 +121,7 @@ class RedisRun:
         self._termination: RunTermination | None = None
         self._delivered = threading.Event()
         self._deliverer: int | None = None  # the thread that runs this process's callbacks
-        self._token = uuid.uuid4().hex  # this owner's operation ids: token:n
-        self._ops = itertools.count()
+        self._ids = OperationIds()
         self._unsent: list[tuple[str, int, int, int]] = []  # (op id, in, out, run time)
         self._unsent_lock = threading.Lock()
 
@@ -178,10 +188,10 @@ class RedisRun:
         self._learn(self._read())
 
     def refresh_from_listener(self) -> None:
-        """The listener's :meth:`refresh`: never raises. A run gone from the store is not
-        watched any more: nothing will be published on its channel."""
+        """The listener's :meth:`refresh`, read in the listener's thread: never raises. A run
+        gone from the store is not watched any more: nothing will be published on its channel."""
         try:
-            self.refresh()
+            self._learn(self._read(in_this_thread=True))
         except RunStoreUnavailable:
             return  # the listener re-reads on its next connection; the operations read anyway
         except UnknownRun:
@@ -193,23 +203,24 @@ class RedisRun:
         self._decide(boundary, self._run("check", now_ns, boundary.name))
 
     def reserve_model_call(self, now_ns: int) -> None:
-        self._decide(Boundary.MODEL, self._run("reserve_model_call", now_ns, op=True))
+        self._decide(Boundary.MODEL, self._run("reserve_model_call", now_ns, grant=True))
 
     def reserve_tool_call(self, tool: str, now_ns: int) -> None:
-        answer = self._run("reserve_tool_call", now_ns, tool, repr(tool), op=True)
+        answer = self._run("reserve_tool_call", now_ns, tool, repr(tool), grant=True)
         self._decide(Boundary.TOOL, answer)
 
     def reserve_bytes(self, n: int, now_ns: int) -> None:
-        self._decide(Boundary.CAPACITY, self._run("reserve_bytes", now_ns, n, op=True))
+        self._decide(Boundary.CAPACITY, self._run("reserve_bytes", now_ns, n, grant=True))
 
     def record_token_usage(self, input_tokens: int, output_tokens: int, now_ns: int) -> None:
         for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
             if value >= _LUA_EXACT:  # a report the store could not add exactly is refused whole
                 raise ValueError(f"{name} must be below 2**53 in a RedisRunStore, got {value}")
-        op = self._next_op()
-        with self._unsent_lock:
-            self._unsent.append((op, input_tokens, output_tokens, now_ns + self._offset))
-        self._flush()  # raises RunStoreUnavailable while the store does not answer
+        bound = self._bound()
+        with self._locked(self._unsent_lock, bound, "record_token_usage"):
+            run_time = now_ns + self._offset
+            self._unsent.append((self._ids.new(), input_tokens, output_tokens, run_time))
+        self._flush(bound)  # raises RunStoreUnavailable while the store does not answer
 
     # -- endings --------------------------------------------------------------------------------
 
@@ -240,22 +251,52 @@ class RedisRun:
 
     # -- talking to the store -------------------------------------------------------------------
 
-    def _next_op(self) -> str:
-        return f"{self._token}:{next(self._ops)}"
+    def _bound(self) -> Bound:
+        """How long an operation beginning now waits for the store (see :mod:`._bounded`)."""
+        return self._store.bound(self.deadline_ns - self._clock.monotonic_ns())
+
+    @contextlib.contextmanager
+    def _locked(self, lock: threading.Lock, bound: Bound, what: str) -> Iterator[None]:
+        """Hold ``lock``, waited for within ``bound``: the thread holding it may be waiting for
+        a store that does not answer."""
+        if not lock.acquire(timeout=max(0.0, bound.left())):
+            raise self._store.unavailable(
+                f"{what} on run {self._keys.run_id!r}",
+                redis.TimeoutError(
+                    f"another thread's usage report waited for the store longer than "
+                    f"{bound.seconds:.3g} s ({bound.why})"
+                ),
+            )
+        try:
+            yield
+        finally:
+            lock.release()
 
     def _run(
-        self, operation: str, now_ns: int = 0, *args: str | int, op: bool = False
+        self, operation: str, now_ns: int = 0, *args: str | int, grant: bool = False
     ) -> list[Any]:
-        """Send what is unsent, then run ``operation``'s script: its answer."""
-        if self._unsent:
-            self._flush()
-        op_id = self._next_op() if op else ""
-        return self._script(operation, op_id, now_ns + self._offset, *args)
+        """Send what is unsent, then run ``operation``'s script: its answer.
 
-    def _script(self, operation: str, op_id: str, run_time: int, *args: str | int) -> list[Any]:
+        A grant that got no answer leaves its id to the next grant like it (:mod:`._ops`).
+        """
+        bound = self._bound()
+        if self._unsent:
+            self._flush(bound)
+        write = (operation, *args)
+        op_id = self._ids.take(write) if grant else self._ids.new()
+        try:
+            return self._script(operation, op_id, now_ns + self._offset, *args, bound=bound)
+        except RunStoreUnavailable:
+            if grant:
+                self._ids.unanswered(write, op_id)
+            raise
+
+    def _script(
+        self, operation: str, op_id: str, run_time: int, *args: str | int, bound: Bound
+    ) -> list[Any]:
         try:
             answer = self._store.call(
-                operation, self._keys, [self._keys.channel, op_id, run_time, *args]
+                operation, self._keys, [self._keys.channel, op_id, run_time, *args], bound
             )
         except redis.RedisError as error:
             raise self._store.unavailable(
@@ -265,7 +306,7 @@ class RedisRun:
             raise self._store.unknown(self._keys.run_id)
         return answer
 
-    def _flush(self) -> None:
+    def _flush(self, bound: Bound) -> None:
         """Send every usage report not yet acknowledged, in order, each with its own id.
 
         What the answers say is taken in after the lock is released: a callback an ending runs
@@ -273,12 +314,17 @@ class RedisRun:
         """
         answers: list[list[Any]] = []
         try:
-            with self._unsent_lock:
+            with self._locked(self._unsent_lock, bound, "record_token_usage"):
                 while self._unsent:
                     op_id, input_tokens, output_tokens, run_time = self._unsent[0]
                     answers.append(
                         self._script(
-                            "record_token_usage", op_id, run_time, input_tokens, output_tokens
+                            "record_token_usage",
+                            op_id,
+                            run_time,
+                            input_tokens,
+                            output_tokens,
+                            bound=bound,
                         )
                     )
                     self._unsent.pop(0)
@@ -286,11 +332,13 @@ class RedisRun:
             for answer in answers:
                 self._learn(answer)
 
-    def _read(self) -> list[Any]:
-        """The run's stored state, as a script's answer (one command: atomic)."""
+    def _read(self, *, in_this_thread: bool = False) -> list[Any]:
+        """The run's stored state, as a script's answer (one command: atomic). Bounded as every
+        operation is, or, ``in_this_thread`` (the listener's), by the store's timeout."""
         fields = ("state", "reason", "at", "signal", "exhausted", "budget")
+        bound = None if in_this_thread else self._bound()
         try:
-            values = self._store.client.hmget(self._keys.run, fields)
+            values = self._store.read(self._keys.run, fields, bound)
         except redis.RedisError as error:
             raise self._store.unavailable(f"read of run {self._keys.run_id!r}", error) from error
         if values[0] is None:
@@ -345,7 +393,14 @@ class RedisRun:
 
     def _decide(self, boundary: Boundary, answer: list[Any]) -> None:
         if _text(answer[0]) == "ok":
-            return
+            now_ns = self._clock.monotonic_ns()
+            if now_ns < self.deadline_ns:
+                return
+            # Granted before the deadline, answered after it: the work would start late. The
+            # gate, read now, times the run out (the reservation stays counted, unused).
+            answer = self._run("check", now_ns, boundary.name)
+            if _text(answer[0]) == "ok":  # pragma: no cover - live() is false past the deadline
+                raise AssertionError(f"the store passed {boundary.name} past the deadline")
         self._refuse(boundary, self._learn(answer))
 
     def _refuse(self, boundary: Boundary, answer: list[Any]) -> NoReturn:

@@ -7,29 +7,40 @@ owners (:class:`~._run.RedisRun`) of the runs ``RunContext.create(..., store=...
 :class:`~diagnosis_harness.ToolCallKeyFactory` builds Tool Call keys, with the run ID as the hash
 tag: ``{namespace}:{{run_id}}:{part}``, so one run lives in one Redis Cluster slot and every
 script touches keys of one slot only.
+
+Every round trip -- the store's and its owners' -- goes through one
+:class:`~._bounded.BoundedClient` made from the given client: on connections of its own, with
+redis-py's retries off, each waited for at most its :class:`~._bounded.Bound` (the run's
+deadline, the store's timeout if sooner).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import uuid
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 
 import redis
 
 from .._errors import RunStoreConflict, RunStoreUnavailable, UnknownRun
 from .._keys import safe_segment
 from .._limits import BudgetDimension, BudgetLimits
+from ._bounded import Bound, BoundedClient
 from ._capacity import RedisCapacityCounter
 from ._listener import Listener
 from ._run import RedisRun
 from ._scripts import library
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .._cancellation import CallbackErrorHandler
     from .._clock import Clock
+
+T = TypeVar("T")
 
 __all__ = ["RedisRunStore", "RunKeys"]
 
@@ -87,19 +98,32 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def _load(client: redis.Redis) -> None:
+    """Load the function library; one loaded already (by any process) is fine."""
+    try:
+        client.function_load(library().text)
+    except redis.ResponseError as error:
+        if "already exists" not in str(error):
+            raise
+
+
 @final
 class RedisRunStore:
     """Runs kept in Redis, under ``namespace``; pass it to ``RunContext.create`` / ``attach``.
 
-    ``client`` is a connected :class:`redis.Redis` with a finite ``socket_timeout`` (redis-py's
-    default is 5 s): a store that does not answer in time is an error, never a hang.
-    ``namespace`` is a safe key segment (``[A-Za-z0-9_.-]``, 1 to 128 characters); a run's keys
-    expire ``expire_after`` seconds (default a day) after the run ends. Thread-safe; one store
-    per client is enough for every run of a process. :meth:`close` stops its listener thread,
+    ``client`` is a :class:`redis.Redis` (on a ``ConnectionPool`` or ``BlockingConnectionPool``)
+    with a finite ``socket_timeout`` (redis-py 8's default is 5 s), the store's timeout. The store
+    talks to the client's server on connections of its own, with the client's settings but
+    without redis-py's retries: every round trip waits at most until the run's deadline, or the
+    store's timeout if sooner (see :mod:`._bounded`), then fails with ``RunStoreUnavailable``;
+    the store decides what is sent again. ``namespace`` is a safe key segment
+    (``[A-Za-z0-9_.-]``, 1 to 128 characters); a run's keys expire ``expire_after`` seconds
+    (default a day) after the run ends. Thread-safe; one store per client is enough for every
+    run of a process. :meth:`close` stops its listener thread,
     as does the store's collection once neither it nor an owner of its runs is held.
     """
 
-    __slots__ = ("__weakref__", "_expire_after_ms", "_listener", "client", "namespace")
+    __slots__ = ("__weakref__", "_expire_after_ms", "_io", "_listener", "client", "namespace")
 
     def __init__(
         self, client: redis.Redis, *, namespace: str, expire_after: float = 86_400.0
@@ -114,27 +138,24 @@ class RedisRunStore:
                 f"expire_after must be a finite number of seconds > 0, got {expire_after!r}"
             )
         self._expire_after_ms = max(1, round(expire_after * 1000))
-        timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
-        if timeout is None:
-            raise ValueError(
-                "client must have a socket_timeout (seconds): without one a Redis that stops "
-                "answering blocks every boundary instead of failing it"
-            )
         self.client: Final = client
+        self._io = BoundedClient(client)  # refuses a client without a socket_timeout
         try:
-            version = str(client.info("server").get("redis_version", "0"))
+            info = self.run(lambda c: c.info("server"), self._io.bound())
         except redis.RedisError as error:
             raise self.unavailable("the client is not connected", error) from error
+        version = str(info.get("redis_version", "0"))
         if int(version.split(".", maxsplit=1)[0]) < 7:
             raise ValueError(f"RedisRunStore needs Redis 7.0 or later (Functions); got {version}")
         try:
-            self._load()
+            self.run(_load, self._io.bound())
         except redis.RedisError as error:
             raise self.unavailable("FUNCTION LOAD", error) from error
-        self._listener = Listener(client)
+        self._listener = Listener(self._io.client)
         # The thread holds the listener, not the store: a store nobody holds (its owners hold
-        # it) stops its thread, also when nobody called close().
+        # it) stops its thread and its workers, also when nobody called close().
         weakref.finalize(self, self._listener.stop)
+        weakref.finalize(self, self._io.shutdown)
 
     # -- what RunContext calls ----------------------------------------------------------------
 
@@ -156,7 +177,8 @@ class RedisRunStore:
         for tool, value in limits.per_tool_overrides.items():
             if value >= _LUA_EXACT:
                 raise ValueError(f"per_tool_overrides[{tool!r}] must be below 2**53, got {value}")
-        origin_ns = self._server_time_ns()
+        bound = self._io.bound(deadline_ns - clock.monotonic_ns())
+        origin_ns = self._server_time_ns(bound)
         offset = -clock.monotonic_ns()  # run time 0 is this clock's now
         fields: list[str | int] = [
             "session_id", session_id,
@@ -172,7 +194,12 @@ class RedisRunStore:
         fields.append("--limits--")
         for tool, value in limits.per_tool_overrides.items():
             fields += [tool, value]
-        answer = self._call("create", keys, ["", "", 0, *fields], f"create of run {run_id!r}")
+        # An id of its own: a create sent again after a lost answer finds the run its own.
+        op_id = uuid.uuid4().hex
+        try:
+            answer = self.call("create", keys, ["", op_id, 0, *fields], bound)
+        except redis.RedisError as error:
+            raise self.unavailable(f"create of run {run_id!r}", error) from error
         if _text(answer[0]) == "exists":
             raise RunStoreConflict(repr(self), f"run {run_id!r} exists already in the store")
         run = RedisRun(
@@ -203,8 +230,10 @@ class RedisRunStore:
         A refusal registers nothing with the listener and writes nothing; an owner of a run that
         has ended already is never watched (it has nothing more to learn)."""
         keys = RunKeys.of(self.namespace, run_id)
+        bound = self._io.bound()  # the run's deadline is not known before this read
+        fields = ("session_id", "limits", "origin_ns", "deadline")
         try:
-            stored = self.client.hmget(keys.run, ("session_id", "limits", "origin_ns", "deadline"))
+            stored = self.read(keys.run, fields, bound)
         except redis.RedisError as error:
             raise self.unavailable(f"attach to run {run_id!r}", error) from error
         session, limits_text, origin, deadline = stored
@@ -223,7 +252,7 @@ class RedisRunStore:
                 f"run {run_id!r} is {_limits_differ(stored_limits, limits)}",
             )
         before = clock.monotonic_ns()
-        server_ns = self._server_time_ns()
+        server_ns = self._server_time_ns(bound)
         after = clock.monotonic_ns()
         offset = server_ns - int(origin) - (before + after) // 2
         run = RedisRun(
@@ -277,38 +306,51 @@ class RedisRunStore:
         callbacks run only when an owner reads an ending."""
         self._listener.close()
 
-    def _server_time_ns(self) -> int:
+    def bound(self, left_ns: int | None = None) -> Bound:
+        """How long an operation beginning now waits for the store: its timeout, or ``left_ns``
+        (the time before the run's deadline) if sooner, but at least the grace."""
+        return self._io.bound(left_ns)
+
+    def run(self, command: Callable[[redis.Redis], T], bound: Bound | None) -> T:
+        """``command`` on the store's own client, within ``bound`` (``None``: in this thread,
+        for the listener's; see :meth:`BoundedClient.run`); raises ``RedisError``."""
+        return self._io.run(command, bound)
+
+    def read(self, key: str, fields: tuple[str, ...], bound: Bound | None) -> list[Any]:
+        """``HMGET key fields``: one command, so one consistent read."""
+
+        def hmget(client: redis.Redis) -> list[Any]:
+            values: list[Any] = client.hmget(key, fields)
+            return values
+
+        return self.run(hmget, bound)
+
+    def call(
+        self, operation: str, keys: RunKeys, args: list[str | int], bound: Bound | None = None
+    ) -> list[Any]:
+        """``FCALL`` of ``operation``'s function on the run's keys: its answer, within ``bound``
+        (the store's timeout if not given). Loads the library again if the server lost it (a
+        restart without persistence); raises ``RedisError``."""
+        function = library().functions[operation]
+
+        def fcall(client: redis.Redis) -> list[Any]:
+            try:
+                answer: list[Any] = client.fcall(function, len(keys.all), *keys.all, *args)
+            except redis.ResponseError as error:
+                if "function not found" not in str(error).lower():
+                    raise
+                _load(client)
+                answer = client.fcall(function, len(keys.all), *keys.all, *args)
+            return answer
+
+        return self.run(fcall, self._io.bound() if bound is None else bound)
+
+    def _server_time_ns(self, bound: Bound) -> int:
         try:
-            seconds, micros = self.client.time()
+            seconds, micros = self.run(lambda client: client.time(), bound)
         except redis.RedisError as error:
             raise self.unavailable("TIME", error) from error
         return (int(seconds) * 1_000_000 + int(micros)) * 1_000
-
-    def _call(self, operation: str, keys: RunKeys, args: list[str | int], what: str) -> list[Any]:
-        try:
-            return self.call(operation, keys, args)
-        except redis.RedisError as error:
-            raise self.unavailable(what, error) from error
-
-    def call(self, operation: str, keys: RunKeys, args: list[str | int]) -> list[Any]:
-        """``FCALL`` of ``operation``'s function on the run's keys: its answer. Loads the library
-        again if the server lost it (a restart without persistence); raises ``RedisError``."""
-        function = library().functions[operation]
-        try:
-            answer: list[Any] = self.client.fcall(function, len(keys.all), *keys.all, *args)
-        except redis.ResponseError as error:
-            if "function not found" not in str(error).lower():
-                raise
-            self._load()
-            answer = self.client.fcall(function, len(keys.all), *keys.all, *args)
-        return answer
-
-    def _load(self) -> None:
-        try:
-            self.client.function_load(library().text)
-        except redis.ResponseError as error:
-            if "already exists" not in str(error):
-                raise
 
     def __repr__(self) -> str:
         kwargs = self.client.connection_pool.connection_kwargs

@@ -20,9 +20,13 @@ local function begin(keys, args)
 end
 
 -- What a caller learns of the run: {code, state, reason, at, signal, exhausted, budget}.
+-- 'ended' is 'ended_now' for the operation whose id recorded the ending: a call sent again
+-- (its answer was lost) learns that it was the one.
 local function status(code)
-  local f = redis.call('HMGET', RUN, 'state', 'reason', 'at', 'signal', 'exhausted', 'budget')
+  local f = redis.call('HMGET', RUN, 'state', 'reason', 'at', 'signal', 'exhausted', 'budget',
+    'ended_by')
   if not f[1] then return {'unknown'} end
+  if code == 'ended' and OP ~= '' and f[7] == OP then code = 'ended_now' end
   return {code, f[1], f[2] or '', f[3] or '', f[4] or '', f[5] or '', f[6]}
 end
 
@@ -52,7 +56,7 @@ end
 local function end_run(event, reason, at)
   local target = take(LIFECYCLE, redis.call('HGET', RUN, 'state'), event, 'none')
   if not target then return false end
-  redis.call('HSET', RUN, 'state', target, 'reason', reason, 'at', at)
+  redis.call('HSET', RUN, 'state', target, 'reason', reason, 'at', at, 'ended_by', OP)
   local signal = SIGNAL[event]
   if signal then redis.call('HSETNX', RUN, 'signal', signal) end
   expire_all()

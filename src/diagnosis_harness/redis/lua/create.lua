@@ -1,6 +1,11 @@
 -- Publish a new run, refusing an ID the store holds. ARGV[4..] field, value pairs of the run's
 -- hash; after the token '--limits--', Tool, limit pairs of its per-Tool overrides.
-if redis.call('EXISTS', RUN) == 1 then return {'exists'} end
+if redis.call('EXISTS', RUN) == 1 then
+  -- this call sent again (its answer was lost) published it; else the ID is taken
+  if OP ~= '' and redis.call('HGET', RUN, 'created_by') == OP then return {'ok'} end
+  return {'exists'}
+end
+redis.call('HSET', RUN, 'created_by', OP)
 local i = 4
 while ARGV[i] ~= '--limits--' do
   redis.call('HSET', RUN, ARGV[i], ARGV[i + 1])

@@ -1,0 +1,67 @@
+"""``import diagnosis_harness.redis`` without redis-py names the extra to install.
+
+Each check runs in a fresh interpreter, redis-py blocked (``sys.modules["redis"] = None``, as if
+it were not installed) or replaced by a broken one: in this one, other tests imported it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+pytestmark = pytest.mark.version_independent
+
+
+def _run(code: str, *, extra_path: Path | None = None) -> str:
+    env = dict(os.environ)
+    if extra_path is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(extra_path), env.get("PYTHONPATH")]))
+    completed = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    return completed.stdout.strip()
+
+
+def test_without_redis_py_the_error_names_the_extra() -> None:
+    code = """
+        import sys
+        sys.modules["redis"] = None  # as if redis-py were not installed
+        import diagnosis_harness
+        try:
+            import diagnosis_harness.redis
+        except ImportError as error:
+            print(error)
+    """
+    assert _run(code) == (
+        "diagnosis_harness.redis needs the 'redis' package, which is not installed; "
+        "install it with: pip install 'diagnosis-harness[redis]'"
+    )
+
+
+def test_a_broken_redis_py_is_not_reported_as_missing(tmp_path: Path) -> None:
+    """Only redis-py itself missing means "install the extra"; its own missing import
+    propagates as it is."""
+    fake = tmp_path / "redis"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("import a_dependency_that_is_not_installed\n")
+    code = """
+        try:
+            import diagnosis_harness.redis
+        except ModuleNotFoundError as error:
+            print(error.name)
+    """
+    assert _run(code, extra_path=tmp_path) == "a_dependency_that_is_not_installed"
