@@ -28,6 +28,8 @@ from diagnosis_harness import (
 from diagnosis_harness.redis import RedisRunStore
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import redis
 
 LIMITS = BudgetLimits(
@@ -276,3 +278,38 @@ def test_a_callback_may_report_usage_when_usage_ends_the_run(store: RedisRunStor
     )
     ctx.record_token_usage(input_tokens=60, output_tokens=0)  # past the limit: the callback runs
     assert ctx.budget.snapshot().input_tokens == 61
+
+
+@pytest.mark.parametrize(
+    ("late_ns", "boundary", "reserve", "said"),
+    [
+        (1_716_340_112, Boundary.TOOL, lambda ctx: ctx.reserve_tool_call("grep"), "1.716 s"),
+        (784_108, Boundary.CAPACITY, lambda ctx: ctx.reserve_bytes(1), "0.000784108 s"),
+        (0, Boundary.MODEL, lambda ctx: ctx.reserve_model_call(), "0 s"),
+    ],
+    ids=["seconds", "below-a-millisecond", "at-the-deadline"],
+)
+def test_a_deadline_on_the_server_is_worded_as_in_one_process(
+    store: RedisRunStore,
+    late_ns: int,
+    boundary: Boundary,
+    reserve: Callable[[RunContext], None],
+    said: str,
+) -> None:
+    """The server's time-out says how far past the deadline, in seconds, and which boundary
+    looked -- the words a run in one process records (the Lua copy of the core's wording)."""
+    clock = ManualClock()
+    ctx = _create(store, clock)
+    clock.advance_ns(ctx.deadline.instant_ns + late_ns)
+    with pytest.raises(RunTimedOut) as caught:
+        reserve(ctx)
+    reason = f"deadline exceeded: {said} past it when the {boundary.name} boundary checked"
+    assert caught.value.termination.reason == reason
+    local_clock = ManualClock()
+    local = RunContext.create(
+        session_id="s", run_id="r", limits=LIMITS, deadline=ctx.deadline, clock=local_clock
+    )
+    local_clock.advance_ns(ctx.deadline.instant_ns + late_ns)
+    with pytest.raises(RunTimedOut) as in_one_process:
+        reserve(local)
+    assert in_one_process.value.termination.reason == reason

@@ -69,10 +69,23 @@ local function live(state, deadline)
   return state == LIFECYCLE.initial and tonumber(NOW) < tonumber(deadline)
 end
 
+-- `ns` (>= 0) nanoseconds as a person reads them, as the core words them (_endings.py
+-- seconds_text): to the millisecond, truncated, or exactly below one millisecond.
+local function seconds_text(ns)
+  local whole, fraction = math.floor(ns / 1e9), ns % 1e9
+  if ns >= 1e6 then
+    return string.format('%d.%03d s', whole, math.floor(fraction / 1e6))
+  end
+  local text = string.format('0.%09d', fraction):gsub('0+$', ''):gsub('%.$', '')
+  return text .. ' s'
+end
+
+-- The run is past its deadline, seen by `boundary`: TIMED_OUT, worded as the core words it
+-- (_endings.py deadline_reason): how far past, in seconds, and which boundary looked.
 local function time_out(boundary)
-  local deadline = redis.call('HGET', RUN, 'deadline')
-  end_run('time_out', 'deadline exceeded: now ' .. NOW .. ' ns >= deadline ' .. deadline ..
-    ' ns, first seen at the ' .. boundary .. ' boundary', NOW)
+  local late = tonumber(NOW) - tonumber(redis.call('HGET', RUN, 'deadline'))
+  end_run('time_out', 'deadline exceeded: ' .. seconds_text(late) .. ' past it when the ' ..
+    boundary .. ' boundary checked', NOW)
 end
 
 -- The refused reservation or the usage past a limit: EXHAUSTED, and the run ends.
