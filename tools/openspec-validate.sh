@@ -16,10 +16,12 @@
 # what the validator lets through: stray level-3/4 headings under
 # `## Requirements` and scenario lines that are not WHEN/THEN/AND/GIVEN bullets.
 #
+# The validator and every npm package it needs are installed with `npm ci` from
+# tools/openspec/package-lock.json (exact versions, integrity hashes), never resolved afresh: a
+# release of any of them reaches CI only when `bash .ci/lock` refreshes that lock.
+#
 # Usage: tools/openspec-validate.sh [SPECS_DIR]   (default: <repo>/specs)
 set -euo pipefail
-
-OPENSPEC_VERSION="1.13.2"
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 specs_dir="${1:-"$repo_root/specs"}"
@@ -30,7 +32,7 @@ if [[ ! -d "$specs_dir" ]]; then
 fi
 specs_dir="$(cd "$specs_dir" && pwd)"
 
-for tool in npx python3; do
+for tool in npm python3; do
     if ! command -v "$tool" >/dev/null 2>&1; then
         echo "openspec-validate: '$tool' is required but not on PATH" >&2
         exit 2
@@ -47,11 +49,22 @@ export OPENSPEC_TELEMETRY=0
 export npm_config_update_notifier=false
 export NO_COLOR=1
 
+# Outside the copy's root, so that OpenSpec's root search cannot meet it. From npm's cache when it
+# holds the locked tarballs (their integrity is checked either way), without asking the registry
+# again. No install scripts: the validator needs none.
+mkdir -p "$work_dir/npm"
+cp -- "$repo_root/tools/openspec/package.json" "$repo_root/tools/openspec/package-lock.json" \
+    "$work_dir/npm/"
+if ! npm ci --prefix "$work_dir/npm" --prefer-offline --ignore-scripts --no-audit --no-fund \
+    --silent; then
+    echo "openspec-validate: npm ci failed for tools/openspec/package-lock.json (offline, or no registry?)" >&2
+    exit 2
+fi
+
 status=0
 (
     cd "$work_dir/root"
-    npx --yes "@fission-ai/openspec@${OPENSPEC_VERSION}" \
-        validate --specs --strict --json --no-interactive
+    "$work_dir/npm/node_modules/.bin/openspec" validate --specs --strict --json --no-interactive
 ) >"$work_dir/report.json" 2>"$work_dir/stderr.txt" || status=$?
 
 python3 - "$work_dir/report.json" "$specs_dir" "$status" "$work_dir/stderr.txt" <<'PY'
@@ -122,7 +135,7 @@ if report.get("status"):
 if status != 0:
     problems.append(f"validator exited with status {status}")
 
-# Structure the validator lets through (checked on OpenSpec 1.13.2): a
+# Structure the validator lets through (checked on OpenSpec 1.13.2, tools/openspec/package.json's): a
 # mistyped `### Scenario:` silently ends the requirement above it and drops
 # that scenario, and scenario steps are never checked for WHEN/THEN bullets.
 import re
