@@ -85,3 +85,19 @@ def test_a_broken_sdk_install_is_not_reported_as_missing(tmp_path: Path) -> None
             print(error.name)
     """
     assert _run(code, extra_path=tmp_path) == "a_dependency_that_is_not_installed"
+
+
+def test_a_missing_extra_that_needs_a_newer_python_says_so() -> None:
+    """On a Python older than the package supports, the extra installs nothing: the message says
+    which Python it needs instead of only the install command, which would not help."""
+    from diagnosis_harness.integrations._extras import missing_extra  # noqa: PLC0415
+
+    newer = (sys.version_info[0], sys.version_info[1] + 1)
+    message = str(missing_extra("pydantic_ai", "pydantic-ai", "the capability", python=newer))
+    running = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert f"supports Python {newer[0]}.{newer[1]}+ only (this is Python {running})" in message
+    assert "pip install 'diagnosis-harness[pydantic-ai]'" in message
+    older = (3, 0)
+    assert str(missing_extra("pydantic_ai", "pydantic-ai", "x", python=older)) == str(
+        missing_extra("pydantic_ai", "pydantic-ai", "x")
+    )

@@ -64,7 +64,10 @@ except ImportError as error:  # pragma: no cover - the extra is installed wherev
     if error.name not in ("pydantic_ai", "pydantic_core"):
         raise
     raise missing_extra(
-        "pydantic_ai", "pydantic-ai", "diagnosis_harness.integrations.pydantic_ai"
+        "pydantic_ai",
+        "pydantic-ai",
+        "diagnosis_harness.integrations.pydantic_ai",
+        python=(3, 11),  # the extra's marker: pydantic-ai supports 3.11+
     ) from error
 
 if TYPE_CHECKING:
