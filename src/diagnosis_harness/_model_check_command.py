@@ -19,9 +19,10 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
-import textwrap
 from pathlib import Path
 from typing import Final
+
+from ._exit_statuses import exit_status_lines
 
 __all__ = [
     "EXIT_STATUSES",
@@ -50,11 +51,7 @@ EXIT_STATUSES: Final = {
 
 
 def _epilog() -> str:
-    lines = ["exit status:"]
-    for status, meaning in EXIT_STATUSES.items():
-        wrapped = textwrap.wrap(meaning, width=72)
-        lines.append(f"  {status:<5}{wrapped[0]}")
-        lines.extend(f"       {line}" for line in wrapped[1:])
+    lines = exit_status_lines(EXIT_STATUSES)
     lines += [
         "",
         f"Needs the modelcheck extra: {_INSTALL}",

@@ -38,10 +38,10 @@ import importlib.util
 import os
 import sys
 import tempfile
-import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, final
 
+from .._exit_statuses import exit_status_lines
 from . import REPORT_FILES
 from ._bundle import locate_spec, suite_dir
 from ._spec import load_spec
@@ -85,11 +85,7 @@ EXIT_STATUSES: Final = {
 
 
 def _epilog() -> str:
-    lines = ["exit status:"]
-    for status, meaning in EXIT_STATUSES.items():
-        wrapped = textwrap.wrap(meaning, width=72)
-        lines.append(f"  {status:<5}{wrapped[0]}")
-        lines.extend(f"       {line}" for line in wrapped[1:])
+    lines = exit_status_lines(EXIT_STATUSES)
     lines += [
         "",
         "The options are checked before the suite runs: a bad one stops the command at once",
