@@ -5,29 +5,13 @@ Each check runs in a fresh interpreter: in this one, other tests have imported e
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+from fresh import run_fresh
+
 OPTIONAL = ("openai", "anthropic", "yaml", "httpx", "httpx2", "pydantic", "opentelemetry")
-
-
-def _run(code: str, *, extra_path: Path | None = None) -> str:
-    env = dict(os.environ)
-    if extra_path is not None:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(extra_path), env.get("PYTHONPATH")]))
-    completed = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr
-    return completed.stdout.strip()
 
 
 def _loaded(names: tuple[str, ...]) -> str:
@@ -41,7 +25,7 @@ def test_the_core_does_not_import_the_integrations() -> None:
     code = "import diagnosis_harness, diagnosis_harness.testing\n" + textwrap.dedent(
         _loaded(("diagnosis_harness", *OPTIONAL))
     )
-    loaded = _run(code)
+    loaded = run_fresh(code)
     assert "diagnosis_harness.integrations" not in loaded
     for name in OPTIONAL:
         assert f"'{name}'" not in loaded
@@ -49,7 +33,7 @@ def test_the_core_does_not_import_the_integrations() -> None:
 
 def test_importing_the_integrations_imports_no_sdk_and_no_yaml() -> None:
     code = "import diagnosis_harness.integrations\n" + textwrap.dedent(_loaded(OPTIONAL))
-    assert _run(code) == "[]"
+    assert run_fresh(code) == "[]"
 
 
 def test_classifiers_and_configuration_from_a_document_import_nothing() -> None:
@@ -58,7 +42,7 @@ def test_classifiers_and_configuration_from_a_document_import_nothing() -> None:
         assert classify_sdk(ConnectionError()) is None
         assert ModelClientConfig.from_document({"model_client": {"max_attempts": 1}})
     """ + _loaded(OPTIONAL)
-    assert _run(code) == "[]"
+    assert run_fresh(code) == "[]"
 
 
 def test_loading_the_configuration_imports_yaml_and_no_sdk() -> None:
@@ -69,7 +53,7 @@ def test_loading_the_configuration_imports_yaml_and_no_sdk() -> None:
         load_model_client_config({str(path)!r})
         assert "yaml" in sys.modules
     """ + _loaded(("openai", "anthropic", "httpx", "httpx2"))
-    assert _run(code) == "[]"
+    assert run_fresh(code) == "[]"
 
 
 def test_a_broken_sdk_install_is_not_reported_as_missing(tmp_path: Path) -> None:
@@ -84,7 +68,7 @@ def test_a_broken_sdk_install_is_not_reported_as_missing(tmp_path: Path) -> None
         except ModuleNotFoundError as error:
             print(error.name)
     """
-    assert _run(code, extra_path=tmp_path) == "a_dependency_that_is_not_installed"
+    assert run_fresh(code, extra_path=tmp_path) == "a_dependency_that_is_not_installed"
 
 
 def test_a_missing_extra_that_needs_a_newer_python_says_so() -> None:

@@ -5,21 +5,7 @@ Each check runs in a fresh interpreter: in this one, other tests have imported t
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-
-
-def _run(code: str) -> str:
-    completed = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr
-    return completed.stdout.strip()
+from fresh import run_fresh
 
 
 def test_neither_the_core_nor_the_integrations_package_imports_openai_agents() -> None:
@@ -29,7 +15,7 @@ def test_neither_the_core_nor_the_integrations_package_imports_openai_agents() -
         module = "diagnosis_harness.integrations.openai_agents"
         print("agents" in sys.modules, module in sys.modules)
     """
-    assert _run(code) == "False False"
+    assert run_fresh(code) == "False False"
 
 
 def test_without_the_sdk_the_error_names_the_extra_to_install() -> None:
@@ -41,4 +27,4 @@ def test_without_the_sdk_the_error_names_the_extra_to_install() -> None:
         except ImportError as error:
             print(error)
     """
-    assert "pip install 'diagnosis-harness[openai-agents]'" in _run(code)
+    assert "pip install 'diagnosis-harness[openai-agents]'" in run_fresh(code)

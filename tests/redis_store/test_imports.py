@@ -6,34 +6,16 @@ it were not installed) or replaced by a broken one: in this one, other tests imp
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 from typing import TYPE_CHECKING
 
 import pytest
+
+from fresh import run_fresh
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 pytestmark = pytest.mark.version_independent
-
-
-def _run(code: str, *, extra_path: Path | None = None) -> str:
-    env = dict(os.environ)
-    if extra_path is not None:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(extra_path), env.get("PYTHONPATH")]))
-    completed = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr
-    return completed.stdout.strip()
 
 
 def test_without_redis_py_the_error_names_the_extra() -> None:
@@ -46,7 +28,7 @@ def test_without_redis_py_the_error_names_the_extra() -> None:
         except ImportError as error:
             print(error)
     """
-    assert _run(code) == (
+    assert run_fresh(code) == (
         "diagnosis_harness.redis needs the 'redis' package, which is not installed; "
         "install it with: pip install 'diagnosis-harness[redis]'"
     )
@@ -64,4 +46,4 @@ def test_a_broken_redis_py_is_not_reported_as_missing(tmp_path: Path) -> None:
         except ModuleNotFoundError as error:
             print(error.name)
     """
-    assert _run(code, extra_path=tmp_path) == "a_dependency_that_is_not_installed"
+    assert run_fresh(code, extra_path=tmp_path) == "a_dependency_that_is_not_installed"
