@@ -15,13 +15,6 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from diagnosis_harness import (
-    BudgetLimits,
-    CancellationReason,
-    ManualClock,
-    RunContext,
-    RunState,
-)
 from diagnosis_harness.conformance.suite._support import BUDGETS, DEADLINE, PRIMITIVES, TERMINAL
 from diagnosis_harness.modelcheck._planted import replaceable_terminal
 from diagnosis_harness.modelcheck._race_checks import RaceCheck, plan, replay_schedule, run_checks
@@ -34,17 +27,15 @@ from diagnosis_harness.modelcheck._races import (
     reservation_race,
     snapshot_race,
     terminal_race,
+    usage_race,
 )
 from diagnosis_harness.modelcheck._scheduler import InvariantViolation, SchedLock, Scheduler
 from diagnosis_harness.modelcheck._schedules import explore_schedules as explore
 from diagnosis_harness.modelcheck._schedules import search_schedules as search
 from diagnosis_harness.modelcheck._spec_scenarios import CAPACITY as CAPACITY_SCENARIO
-from diagnosis_harness.modelcheck._spec_scenarios import TOKENS_EXCEED
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-
-    from diagnosis_harness import RunTermination
 
 
 SUCCESS_WINS = pytest.mark.spec(TERMINAL, "Success wins a terminal race")
@@ -214,96 +205,6 @@ def test_every_schedule_of_racing_capacity_reservations_stays_within_the_limit(
 
 
 # -- usage reports past a limit racing another ending ---------------------------------------------
-
-# What each racer does: a usage report past the input (or output) token limit of 10, or a cancel.
-USAGE_RACERS: dict[str, Callable[[RunContext], object]] = {
-    "usage_in": lambda ctx: ctx.record_token_usage(input_tokens=11, output_tokens=0),
-    "usage_out": lambda ctx: ctx.record_token_usage(input_tokens=0, output_tokens=11),
-    "cancel": lambda ctx: ctx.cancellation.cancel(CancellationReason.USER_REQUESTED),
-}
-USAGE_REASON = {
-    RunState.BUDGET_EXHAUSTED: CancellationReason.BUDGET_EXHAUSTED,
-    RunState.CANCELLED: CancellationReason.USER_REQUESTED,
-}
-
-
-def usage_race(*racers: str) -> Scenario:
-    """Usage reports past a token limit racing each other or a cancel, on one run.
-
-    Invariant: one terminal outcome, never replaced -- each racer reads, right after its own
-    call, the termination the run keeps; the one callback ran once, with the outcome's reason;
-    every report is recorded; the budget is exhausted (a report past a limit exhausts it even
-    after the cancel), by a limit the ending names when the ending is the budget's.
-    """
-
-    def build(
-        scheduler: Scheduler, lock: SchedLock
-    ) -> tuple[list[Callable[[], object]], Callable[[], str]]:
-        limits = BudgetLimits(
-            model_calls=1,
-            tool_calls=1,
-            per_tool_calls=1,
-            input_tokens=10,
-            output_tokens=10,
-            total_tokens=100,
-            run_bytes=1,
-        )
-        ctx = RunContext.create(
-            session_id="session-1",
-            run_id="run-1",
-            limits=limits,
-            timeout=30,
-            clock=ManualClock(),
-            _lock=lock.as_lock(),
-        )
-        delivered: list[CancellationReason] = []
-        ctx.cancellation.register(delivered.append)
-        seen: dict[str, RunTermination | None] = {}
-        returned: dict[str, object] = {}
-
-        def actor(name: str) -> Callable[[], None]:
-            def act() -> None:
-                returned[name] = USAGE_RACERS[name](ctx)
-                seen[name] = ctx.lifecycle.termination
-
-            return act
-
-        def check() -> str:
-            termination = ctx.lifecycle.termination
-            if termination is None or ctx.lifecycle.state is not termination.state:
-                raise InvariantViolation(f"state {ctx.lifecycle.state}, termination {termination}")
-            for name, other in seen.items():
-                if other is not termination:
-                    raise InvariantViolation(f"{name} saw {other}; the run ended {termination}")
-            reason = USAGE_REASON[termination.state]
-            if delivered != [reason] or ctx.cancellation.reason is not reason:
-                raise InvariantViolation(
-                    f"callback ran {delivered}, reason {ctx.cancellation.reason}, "
-                    f"the run ended {termination}"
-                )
-            if "cancel" in returned and returned["cancel"] is not (
-                termination.state is RunState.CANCELLED
-            ):
-                raise InvariantViolation(f"cancel() returned {returned['cancel']}: {termination}")
-            usage = ctx.budget.snapshot()
-            reported = (11 * ("usage_in" in racers), 11 * ("usage_out" in racers))
-            if (usage.input_tokens, usage.output_tokens) != reported:
-                raise InvariantViolation(f"usage {usage}, reported {reported}")
-            exhausted = usage.exhausted
-            if exhausted is None:
-                raise InvariantViolation(f"a report past a limit left the budget {usage}")
-            if termination.state is RunState.BUDGET_EXHAUSTED and (
-                exhausted.value not in termination.reason
-            ):
-                raise InvariantViolation(
-                    f"exhausted {exhausted.value}, the run ended {termination}"
-                )
-            return f"{termination.state.name} {exhausted.value}"
-
-        return [actor(name) for name in racers], check
-
-    return Scenario(f"usage[{'+'.join(racers)}]", *TOKENS_EXCEED, tuple(racers), build)
-
 
 USAGE_RACES = [
     pytest.param(("usage_in", "cancel"), id="usage+cancel"),

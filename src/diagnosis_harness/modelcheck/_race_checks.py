@@ -30,6 +30,7 @@ from ._races import (
     reservation_race,
     snapshot_race,
     terminal_race,
+    usage_race,
 )
 from ._results import CheckResult, ScenarioTally
 from ._schedules import explore_schedules, search_schedules
@@ -74,6 +75,8 @@ def plan(profile: str) -> list[RaceCheck]:
         snapshot_race(["a", "b"]),
         capacity_race([[3], [3]], limit=5),
         capacity_race([[2, 3], [3]], limit=5),
+        usage_race("usage_in", "cancel"),
+        usage_race("usage_in", "usage_out"),
     ]
     three = [
         terminal_race("succeed", "fail", "cancel_user"),

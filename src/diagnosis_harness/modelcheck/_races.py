@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Final, final
 
 from .._boundary import Boundary
 from .._capacity import RunCapacityCounter
-from .._clock import Deadline
+from .._clock import Deadline, ManualClock
 from .._context import RunContext
 from .._endings import CancellationReason
 from .._errors import BudgetExhausted, RunTerminated, RunTimedOut
@@ -32,7 +32,14 @@ from ._scheduler import (
     Scheduler,
     SchedulerError,
 )
-from ._spec_scenarios import BUDGET_WINS, CAPACITY, CLIENT_DISCONNECTS, PER_TOOL, SUCCESS_WINS
+from ._spec_scenarios import (
+    BUDGET_WINS,
+    CAPACITY,
+    CLIENT_DISCONNECTS,
+    PER_TOOL,
+    SUCCESS_WINS,
+    TOKENS_EXCEED,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -55,6 +62,7 @@ __all__ = [
     "reservation_race",
     "snapshot_race",
     "terminal_race",
+    "usage_race",
 ]
 
 
@@ -629,3 +637,95 @@ def capacity_race(sizes: Sequence[Sequence[int]], *, limit: int) -> Scenario:
         names,
         build,
     )
+
+
+# -- usage reports past a limit racing another ending ---------------------------------------------
+
+# What each racer does: a usage report past the input (or output) token limit of 10, or a cancel.
+USAGE_RACERS: Final[dict[str, Callable[[RunContext], object]]] = {
+    "usage_in": lambda ctx: ctx.record_token_usage(input_tokens=11, output_tokens=0),
+    "usage_out": lambda ctx: ctx.record_token_usage(input_tokens=0, output_tokens=11),
+    "cancel": lambda ctx: ctx.cancellation.cancel(CancellationReason.USER_REQUESTED),
+}
+_USAGE_REASON: Final = {
+    RunState.BUDGET_EXHAUSTED: CancellationReason.BUDGET_EXHAUSTED,
+    RunState.CANCELLED: CancellationReason.USER_REQUESTED,
+}
+
+
+def usage_race(*racers: str) -> Scenario:
+    """Usage reports past a token limit racing each other or a cancel, on one run.
+
+    Invariant: one terminal outcome, never replaced -- each racer reads, right after its own
+    call, the termination the run keeps; the one callback ran once, with the outcome's reason;
+    every report is recorded; the budget is exhausted (a report past a limit exhausts it even
+    after the cancel), by a limit the ending names when the ending is the budget's.
+    """
+
+    def build(
+        _scheduler: Scheduler, lock: SchedLock
+    ) -> tuple[list[Callable[[], object]], Callable[[], str]]:
+        limits = BudgetLimits(
+            model_calls=1,
+            tool_calls=1,
+            per_tool_calls=1,
+            input_tokens=10,
+            output_tokens=10,
+            total_tokens=100,
+            run_bytes=1,
+        )
+        ctx = RunContext.create(
+            session_id="session-1",
+            run_id="run-1",
+            limits=limits,
+            timeout=30,
+            clock=ManualClock(),
+            _lock=lock.as_lock(),
+        )
+        delivered: list[CancellationReason] = []
+        ctx.cancellation.register(delivered.append)
+        seen: dict[str, RunTermination | None] = {}
+        returned: dict[str, object] = {}
+
+        def actor(name: str) -> Callable[[], None]:
+            def act() -> None:
+                returned[name] = USAGE_RACERS[name](ctx)
+                seen[name] = ctx.lifecycle.termination
+
+            return act
+
+        def check() -> str:
+            termination = ctx.lifecycle.termination
+            if termination is None or ctx.lifecycle.state is not termination.state:
+                raise InvariantViolation(f"state {ctx.lifecycle.state}, termination {termination}")
+            for name, other in seen.items():
+                if other is not termination:
+                    raise InvariantViolation(f"{name} saw {other}; the run ended {termination}")
+            reason = _USAGE_REASON[termination.state]
+            if delivered != [reason] or ctx.cancellation.reason is not reason:
+                raise InvariantViolation(
+                    f"callback ran {delivered}, reason {ctx.cancellation.reason}, "
+                    f"the run ended {termination}"
+                )
+            if "cancel" in returned and returned["cancel"] is not (
+                termination.state is RunState.CANCELLED
+            ):
+                raise InvariantViolation(f"cancel() returned {returned['cancel']}: {termination}")
+            usage = ctx.budget.snapshot()
+            reported = (11 * ("usage_in" in racers), 11 * ("usage_out" in racers))
+            if (usage.input_tokens, usage.output_tokens) != reported:
+                raise InvariantViolation(f"usage {usage}, reported {reported}")
+            exhausted = usage.exhausted
+            if exhausted is None:
+                raise InvariantViolation(f"a report past a limit left the budget {usage}")
+            if termination.state is RunState.BUDGET_EXHAUSTED and (
+                exhausted.value not in termination.reason
+            ):
+                raise InvariantViolation(
+                    f"exhausted {exhausted.value}, the run ended {termination}"
+                )
+            return f"{termination.state.name} {exhausted.value}"
+
+        return [actor(name) for name in racers], check
+
+    return Scenario(f"usage[{'+'.join(racers)}]", *TOKENS_EXCEED, tuple(racers), build)
