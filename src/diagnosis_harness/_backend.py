@@ -3,9 +3,9 @@
 ``RunContext``, ``Lifecycle``, ``Cancellation`` and ``Budget`` hold no run state of their own:
 each forwards to a :class:`RunBackend`, which owns the lifecycle's state and termination, the
 cancellation reason and callbacks, and the budget's state and counters, and decides every change
-to them atomically. :class:`~._run.LocalRun` keeps them in this process under one lock; another
-implementation may keep them in another process (a server-side script per operation), and fits
-without a change to the handles.
+to them atomically. :class:`~._local_run.LocalRun` keeps them in this process under one lock;
+another implementation may keep them in another process (a server-side script per operation),
+and fits without a change to the handles.
 
 The contract every implementation keeps:
 

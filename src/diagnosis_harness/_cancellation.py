@@ -11,8 +11,8 @@ goes to the error handler (default: logged on the ``diagnosis_harness`` logger),
 caller of ``cancel()``.
 
 :class:`Cancellation` is the handle users hold: a view over an owner. In a run the owner is the
-run's state (see :mod:`._run`), so "the first reason wins" and "the first terminal outcome wins"
-are one decision under one lock; ``Cancellation()`` on its own makes a standalone token.
+run's state (see :mod:`._local_run`), so "the first reason wins" and "the first terminal outcome
+wins" are one decision under one lock; ``Cancellation()`` on its own makes a standalone token.
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ argument, never looked up (no thread-local storage, no context variables), so a 
 thread or in another task sees the very same objects. The handles -- ``lifecycle``,
 ``cancellation``, ``budget`` -- and the context's own gate and reservations are views over one
 owner of the run's mutable state (:class:`~._backend.RunBackend`, in this process a
-:class:`~._run.LocalRun`), which makes "check the deadline and the terminal outcome, then reserve"
-one decision. The context reads the clock; the owner decides with that reading, so an ending a
-boundary causes is stamped with the instant the boundary observed.
+:class:`~._local_run.LocalRun`), which makes "check the deadline and the terminal outcome, then
+reserve" one decision. The context reads the clock; the owner decides with that reading, so an
+ending a boundary causes is stamped with the instant the boundary observed.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from ._clock import Clock, Deadline, SystemClock
 from ._errors import InvalidRunIdentity, InvalidRunIdentityType
 from ._lifecycle import Lifecycle
 from ._limits import BudgetLimits
+from ._local_run import LocalRun
 from ._retry_policy import RetryPolicies
-from ._run import LocalRun
 from ._scope import RunScope
 from ._validate import non_blank_str, non_negative_int, positive_int, seconds
 
@@ -82,7 +82,7 @@ class RunContext:
     budget: Budget
     retry_policies: RetryPolicies
     lifecycle: Lifecycle
-    _run: RunBackend = field(default=_NOT_BUILT, repr=False)
+    _owner: RunBackend = field(default=_NOT_BUILT, repr=False)
     _key: InitVar[object] = None
 
     def __post_init__(self, _key: object) -> None:
@@ -248,19 +248,19 @@ class RunContext:
         """
         if boundary.__class__ is not Boundary:
             raise TypeError(f"boundary must be a Boundary, got {boundary!r}")
-        self._run.check(boundary, self.clock.monotonic_ns())
+        self._owner.check(boundary, self.clock.monotonic_ns())
 
     def reserve_model_call(self) -> None:
         """Check the MODEL boundary and reserve one Model call, in one decision."""
-        self._run.reserve_model_call(self.clock.monotonic_ns())
+        self._owner.reserve_model_call(self.clock.monotonic_ns())
 
     def reserve_tool_call(self, tool: str) -> None:
         """Check the TOOL boundary and reserve one call of ``tool`` (total and per Tool)."""
-        self._run.reserve_tool_call(non_blank_str("tool", tool), self.clock.monotonic_ns())
+        self._owner.reserve_tool_call(non_blank_str("tool", tool), self.clock.monotonic_ns())
 
     def reserve_bytes(self, n: int) -> None:
         """Check the CAPACITY boundary and reserve ``n`` (> 0) bytes of the run's byte budget."""
-        self._run.reserve_bytes(positive_int("n", n), self.clock.monotonic_ns())
+        self._owner.reserve_bytes(positive_int("n", n), self.clock.monotonic_ns())
 
     def record_token_usage(self, *, input_tokens: int, output_tokens: int) -> None:
         """Record a completed Model response's actual usage, as reported, even past a limit.
@@ -270,7 +270,7 @@ class RunContext:
         """
         non_negative_int("input_tokens", input_tokens)
         non_negative_int("output_tokens", output_tokens)
-        self._run.record_token_usage(input_tokens, output_tokens, self.clock.monotonic_ns())
+        self._owner.record_token_usage(input_tokens, output_tokens, self.clock.monotonic_ns())
 
     def scope(self, boundary: Boundary = Boundary.GUARD, *, cut_on_budget: bool = True) -> RunScope:
         """``async with ctx.scope():`` -- the run's cancellation or deadline cancels this task.

@@ -41,7 +41,7 @@ CAPACITY = "Run byte limit would be exceeded"  # the capacity scenario, under PR
 _COPIED = ("src", "specs", "config", "model")
 
 _LIFECYCLE_BUG = (
-    "src/diagnosis_harness/_run.py",
+    "src/diagnosis_harness/_local_run.py",
     """        row = LIFECYCLE.take(self._state, event)
         if row is None:
             return None
@@ -54,7 +54,7 @@ _LIFECYCLE_BUG = (
 """,
 )
 _BUDGET_BUG = (
-    "src/diagnosis_harness/_run.py",
+    "src/diagnosis_harness/_local_run.py",
     "                and total < limits.tool_calls\n                and used < limit\n",
     "                and total < limits.tool_calls\n"
     "                and used <= limit  # PLANTED: one call past the per-Tool limit\n",

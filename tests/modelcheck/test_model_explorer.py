@@ -17,7 +17,7 @@ from diagnosis_harness import (
     RunTermination,
 )
 from diagnosis_harness._generated.tables import LifecycleEvent, RetryState
-from diagnosis_harness._run import LocalRun
+from diagnosis_harness._local_run import LocalRun
 from diagnosis_harness.conformance.suite._support import BUDGETS, DEADLINE, RETRY, TERMINAL
 from diagnosis_harness.modelcheck import (
     Disagreement,

@@ -15,7 +15,7 @@ from diagnosis_harness import (
     RunContext,
     RunState,
 )
-from diagnosis_harness._run import LocalRun
+from diagnosis_harness._local_run import LocalRun
 from diagnosis_harness.conformance.suite._support import BUDGETS, RETRY, TERMINAL
 from diagnosis_harness.modelcheck._planted import (
     DEFECTS,

@@ -35,7 +35,7 @@ from .. import Boundary, HarnessRetryExecutor, RunContext
 from .._endings import RunTermination, ending_of
 from .._generated.tables import LIFECYCLE, BudgetEvent, LifecycleEvent
 from .._limits import BudgetDimension
-from .._run import LocalRun
+from .._local_run import LocalRun
 from ._results import CheckResult
 from ._stateful import (
     BudgetMachine,

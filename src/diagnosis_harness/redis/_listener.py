@@ -44,7 +44,7 @@ import redis
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ._run import RedisRun
+    from ._redis_run import RedisRun
 
 __all__ = ["Listener"]
 

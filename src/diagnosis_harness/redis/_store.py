@@ -2,11 +2,11 @@
 
 Theory of operation. A store is a Redis client, a namespace and how long a run's keys outlive its
 ending. It validates what it is given once, loads the scripts of :mod:`._scripts`, and makes the
-owners (:class:`~._run.RedisRun`) of the runs ``RunContext.create(..., store=...)`` publishes and
-``RunContext.attach(...)`` opens. The keys of a run are built from safe segments, the way
-:class:`~diagnosis_harness.ToolCallKeyFactory` builds Tool Call keys, with the run ID as the hash
-tag: ``{namespace}:{{run_id}}:{part}``, so one run lives in one Redis Cluster slot and every
-script touches keys of one slot only.
+owners (:class:`~._redis_run.RedisRun`) of the runs ``RunContext.create(..., store=...)``
+publishes and ``RunContext.attach(...)`` opens. The keys of a run are built from safe segments,
+the way :class:`~diagnosis_harness.ToolCallKeyFactory` builds Tool Call keys, with the run ID as
+the hash tag: ``{namespace}:{{run_id}}:{part}``, so one run lives in one Redis Cluster slot and
+every script touches keys of one slot only.
 
 Every round trip -- the store's and its owners' -- goes through one
 :class:`~._bounded.BoundedClient` made from the given client: on connections of its own, with
@@ -31,7 +31,7 @@ from .._limits import BudgetDimension, BudgetLimits
 from ._bounded import Bound, BoundedClient
 from ._capacity import RedisCapacityCounter
 from ._listener import Listener
-from ._run import RedisRun
+from ._redis_run import RedisRun
 from ._scripts import library
 
 if TYPE_CHECKING:
