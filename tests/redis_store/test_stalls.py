@@ -31,6 +31,7 @@ from diagnosis_harness import (
 )
 from diagnosis_harness.redis import RedisRunStore
 from diagnosis_harness.redis._bounded import GRACE_SECONDS
+from diagnosis_harness.redis._store import RunKeys
 
 from .proxy import Proxy
 
@@ -243,6 +244,10 @@ def test_a_grant_answered_past_the_deadline_is_not_used(fresh_server: RedisServe
             outcome.append(error)
 
     ctx.reserve_tool_call("fetch")  # the store's connection is made (its handshake not held)
+    # The listener takes a connection of the same pool for its subscription; once it holds one,
+    # the connection "fetch" used is idle, and the FCALL below is sent on it, not on a new
+    # connection whose handshake the stall would hold instead.
+    assert _subscribed(fresh_server, RunKeys.of("late", ctx.run_id).channel)
     proxy.stall()
     reserving = threading.Thread(target=reserve)
     reserving.start()
@@ -259,3 +264,19 @@ def test_a_grant_answered_past_the_deadline_is_not_used(fresh_server: RedisServe
     store.close()
     proxy.close()
     client.close()
+
+
+def _subscribed(server: RedisServer, channel: str, timeout: float = 30.0) -> bool:
+    """Whether ``channel`` has a subscriber on ``server`` within ``timeout`` seconds: asked of
+    the server itself, past the proxy."""
+    direct = redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=5.0)
+    give_up = time.monotonic() + timeout
+    try:
+        while time.monotonic() < give_up:
+            [(_, count)] = direct.pubsub_numsub(channel)
+            if count:
+                return True
+            threading.Event().wait(0.01)  # the listener thread subscribes on its own time
+        return False
+    finally:
+        direct.close()
