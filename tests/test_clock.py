@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import threading
 from decimal import ROUND_HALF_EVEN, Decimal, localcontext
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -23,6 +25,7 @@ from diagnosis_harness import (
     RunTimedOut,
     SystemClock,
 )
+from diagnosis_harness._clock import _to_ns
 from strategies import limits, new_run, state
 
 if TYPE_CHECKING:
@@ -266,6 +269,43 @@ def test_every_finite_delay_is_its_nearest_nanosecond(seconds: float) -> None:
     clock.advance(seconds)
     assert clock.monotonic_ns() == expected
     assert Deadline.after(ManualClock(), seconds).instant_ns == expected
+
+
+def _fraction_ns(seconds: float) -> int:
+    """What ``_to_ns`` computed with :class:`fractions.Fraction` before: ``Fraction.__round__``
+    is half to even, ``Fraction(float)`` the float's exact value."""
+    return round(Fraction(seconds) * NS)
+
+
+# Every kind of finite float: subnormals, the largest, negatives (``_to_ns`` itself takes them,
+# though ``seconds`` refuses them first), nanosecond ties and the floats next to them.
+_BOTH_WAYS = (-math.inf, math.inf)
+_ANY_FINITE = st.floats(allow_nan=False, allow_infinity=False)
+_NEAR_TIES = (
+    st.integers(-(10**9), 10**9)
+    .map(_halfway)
+    .flatmap(lambda tie: st.sampled_from([tie, *(math.nextafter(tie, to) for to in _BOTH_WAYS)]))
+)
+
+
+@given(seconds=st.one_of(_ANY_FINITE, _NEAR_TIES, st.floats(-1e-6, 1e-6), st.integers()))
+def test_to_ns_is_the_fraction_rounding_it_replaced(seconds: float) -> None:
+    assert _to_ns(seconds) == _fraction_ns(seconds)
+
+
+def test_to_ns_agrees_with_fraction_over_a_sweep_of_floats_and_ints() -> None:
+    """Deterministic, beside the property: 1, 3 and 5 times every 2**-k, the first 100,000
+    nanosecond ties, every millisecond to 20 s, every power of two in the float range, the largest
+    float, and the float just above each of the first 5,000 of these."""
+    floats = [2.0**-k * m for k in range(1, 1075) for m in (1, 3, 5)]
+    floats += [_halfway(n) for n in range(100_000)]
+    floats += [n / 1000 for n in range(20_000)]
+    floats += [2.0**e for e in range(-1074, 1024)] + [sys.float_info.max, -sys.float_info.max]
+    floats += [math.nextafter(x, math.inf) for x in floats[:5_000]]
+    for seconds in floats:
+        assert _to_ns(seconds) == _fraction_ns(seconds), seconds
+    for seconds_int in [0, 1, 60, 10**30 + 1, 10**400, -5]:
+        assert _to_ns(seconds_int) == _fraction_ns(seconds_int) == seconds_int * NS
 
 
 @pytest.mark.parametrize("seconds", [10**400, 10**30 + 1])

@@ -5,7 +5,8 @@ A fresh interpreter imports ``diagnosis_harness`` and every Core module and repo
 import added to ``sys.modules``; whatever the interpreter had loaded before (``site`` and the
 ``.pth`` hooks of the environment) is not the library's doing and is left out.
 
-These tests check the probe itself, and what ``import diagnosis_harness`` alone loads; the
+These tests check the probe itself, what ``import diagnosis_harness`` alone loads, and that it
+loads none of the standard library a sync user needs only later (asyncio, logging...); the
 scenario (Stage 2 implementation completes) is shown in
 ``src/diagnosis_harness/conformance/suite/test_core_independence.py``.
 """
@@ -17,6 +18,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import diagnosis_harness
 from diagnosis_harness.conformance.suite.test_core_independence import PROBE, core_modules
@@ -90,3 +93,90 @@ def test_importing_the_package_loads_no_metadata_reader_and_no_extra() -> None:
         if name == unwanted or name.startswith(f"{unwanted}.")
     }
     assert loaded == set()
+
+
+# -- what a sync user's import does not pay for -------------------------------------------------
+#
+# Loaded only on the path that needs it: asyncio (with concurrent.futures, ssl, socket) for the
+# async entry points, logging for a callback's error, random for a jittered wait, inspect for a
+# callable that is not a plain function; fractions (with decimal) not at all. Measured by
+# benchmarks/bench_import.py: asyncio was half of the import's cost.
+LAZY = (
+    "asyncio",
+    "concurrent.futures",
+    "logging",
+    "fractions",
+    "decimal",
+    "random",
+    "inspect",
+    "re",
+)
+
+# What any module of the core imports to exist at all (`from typing import ...`, `@dataclass`,
+# `enum.Enum`, a lock): the floor the lazy imports are measured above. On Python 3.11 `typing`
+# itself loads `re` and `dataclasses` loads `inspect`; where the floor loads one, the package is
+# not to blame for it, and where it does not, the check below sees the package load it.
+_FLOOR = "typing, dataclasses, enum, threading, contextlib, collections.abc, types"
+
+_LAZY_PROBE = f"""
+import json, sys, types
+import {_FLOOR}
+floor = set(sys.modules)
+stub = sys.argv[1]
+if stub:  # the package without its __init__: only the named module and what it imports
+    package = types.ModuleType("diagnosis_harness")
+    package.__path__ = [stub]
+    sys.modules["diagnosis_harness"] = package
+__import__(sys.argv[2])
+print(json.dumps(sorted(set(sys.modules) - floor)))
+"""
+
+
+def _loaded_above_the_floor(module: str, *, without_init: bool) -> set[str]:
+    """The modules of ``LAZY`` that importing ``module`` adds, in a fresh interpreter, above what
+    the floor loads. ``without_init``: the package's ``__init__`` (which imports every module) is
+    not run, so the answer is that module's own doing and that of what it imports."""
+    # -S: no site, so no .pth hook of the environment has loaded one of them before the probe
+    # looks; the package is found through PYTHONPATH, its parent directory alone.
+    package_dir = Path(diagnosis_harness.__file__).resolve().parent
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-S",
+            "-c",
+            _LAZY_PROBE,
+            str(package_dir) if without_init else "",
+            module,
+        ],
+        env={**os.environ, "PYTHONPATH": str(package_dir.parent)},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    added: list[str] = json.loads(result.stdout)
+    return {lazy for lazy in LAZY for name in added if name == lazy or name.startswith(f"{lazy}.")}
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["diagnosis_harness._cancellation", "diagnosis_harness._clock", "diagnosis_harness._keys"],
+)
+def test_a_sync_module_imports_nothing_it_needs_only_later(module: str) -> None:
+    """Cancellation (asyncio in ``wait_async``, logging on a callback's error), the clock (no
+    ``fractions``) and the keys (no ``re``, which shows only where ``typing`` does not load it)
+    each load none of ``LAZY`` above the floor, nor does anything they import."""
+    assert _loaded_above_the_floor(module, without_init=True) == set()
+
+
+def test_the_lazy_probe_would_see_a_lazy_import() -> None:
+    assert _loaded_above_the_floor("asyncio", without_init=False) >= {"asyncio", "logging"}
+    assert "fractions" in _loaded_above_the_floor("fractions", without_init=False)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="until _retry/_scope are lazy: they import asyncio and random at module level",
+)
+def test_importing_the_package_loads_nothing_a_sync_user_needs_only_later() -> None:
+    assert _loaded_above_the_floor("diagnosis_harness", without_init=False) == set()

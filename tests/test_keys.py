@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import string
+import sys
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from diagnosis_harness._errors import UnsafeKeySegment
-from diagnosis_harness._keys import MAX_SEGMENT_LENGTH, ToolCallKeyFactory
+from diagnosis_harness._keys import MAX_SEGMENT_LENGTH, ToolCallKeyFactory, safe_segment
 
 SEGMENTS = ("prefix", "run_id", "tool_call_id")
 ALLOWED = frozenset(string.ascii_letters + string.digits + "_.-")
@@ -143,3 +144,26 @@ def test_the_prefix_is_read_only() -> None:
         untyped.extra = 1
     assert factory.prefix == "tool"
     assert repr(factory) == "ToolCallKeyFactory(prefix='tool')"
+
+
+def _accepted(character: str) -> bool:
+    try:
+        safe_segment("run_id", character)
+    except UnsafeKeySegment:
+        return False
+    return True
+
+
+def test_no_letter_or_digit_beyond_the_ascii_allow_list_is_accepted() -> None:
+    """Every ASCII character and every Unicode letter or digit (what ``str.isalnum`` or a regex's
+    ``\\w`` would let in: 'é', '٣', a fullwidth '1'), as a one-character segment: exactly the 65 of
+    ``[A-Za-z0-9_.-]`` are accepted."""
+    candidates = [
+        chr(code)
+        for code in range(sys.maxunicode + 1)
+        if code < 0x80 or chr(code).isalnum() or chr(code).isdecimal()
+    ]
+    assert len(candidates) > 100_000
+    accepted = {character for character in candidates if _accepted(character)}
+    assert accepted == ALLOWED
+    assert len(ALLOWED) == 65

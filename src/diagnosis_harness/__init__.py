@@ -4,6 +4,11 @@ A deadline read off an injected clock, cooperative cancellation that keeps its f
 thread-safe budgets, a lifecycle with exactly one terminal outcome, typed and recorded retries,
 safe Tool Call keys and a run capacity counter. The lifecycle, the budget and the retry executor
 are state machines generated from the tables in ``model/``.
+
+Two names differ by one letter: a :class:`RunTermination` is the record of how a run ended
+(``ctx.lifecycle.termination``: state, reason, time, boundary), a :class:`RunTerminated` the
+exception a boundary raises when work is attempted after it, carrying that record as
+``.termination``.
 """
 
 from __future__ import annotations

@@ -10,6 +10,11 @@ after the signal runs at once, inline. A callback that raises does not stop the 
 goes to the error handler (default: logged on the ``diagnosis_harness`` logger), never to the
 caller of ``cancel()``.
 
+Nothing here imports ``asyncio`` or ``logging`` at module level: a sync user of the harness never
+needs the event loop, and the logger serves only a callback's error. ``import diagnosis_harness``
+pays for neither (tests/test_independence.py checks it); :meth:`Cancellation.wait_async` imports
+``asyncio`` when first awaited, the default error handler ``logging`` when a callback first fails.
+
 :class:`Cancellation` is the handle users hold: a view over an owner. In a run the owner is the
 run's state (see :mod:`._local_run`), so "the first reason wins" and "the first terminal outcome
 wins" are one decision under one lock; ``Cancellation()`` on its own makes a standalone token.
@@ -17,10 +22,8 @@ wins" are one decision under one lock; ``Cancellation()`` on its own makes a sta
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
-import logging
 import threading
 from collections.abc import Callable, Generator
 from contextlib import AbstractContextManager
@@ -31,6 +34,8 @@ from ._endings import CancellationReason
 from ._validate import seconds
 
 if TYPE_CHECKING:
+    import logging
+
     from ._backend import CancellationOwner
 
 __all__ = [
@@ -42,8 +47,6 @@ __all__ = [
     "Registration",
 ]
 
-_log = logging.getLogger("diagnosis_harness")
-
 CancellationCallback: TypeAlias = Callable[[CancellationReason], object]
 """A resource's release hook: receives the first reason."""
 CallbackErrorHandler: TypeAlias = Callable[[Exception, CancellationCallback], None]
@@ -52,8 +55,15 @@ Pending: TypeAlias = list[CancellationCallback]
 """Callbacks taken by the signal, to be run outside the owner's lock."""
 
 
+def _logger() -> logging.Logger:
+    """The ``diagnosis_harness`` logger; ``logging`` is imported only once there is an error."""
+    import logging  # noqa: PLC0415 -- lazy: only an error path logs (see the module docstring)
+
+    return logging.getLogger("diagnosis_harness")
+
+
 def _log_callback_error(error: Exception, callback: CancellationCallback) -> None:
-    _log.error("cancellation callback %r raised", callback, exc_info=error)
+    _logger().error("cancellation callback %r raised", callback, exc_info=error)
 
 
 def checked_error_handler(handler: object) -> CallbackErrorHandler:
@@ -121,7 +131,7 @@ class CancelSignal:
                 try:
                     self._on_error(error, callback)
                 except Exception:  # nor may the handler's own failure
-                    _log.exception("cancellation error handler failed")
+                    _logger().exception("cancellation error handler failed")
 
 
 @final
@@ -239,6 +249,8 @@ class Cancellation:
 
     async def wait_async(self) -> CancellationReason:
         """Wait in asyncio until cancelled (from any thread); returns the first reason."""
+        import asyncio  # noqa: PLC0415 -- lazy: a sync user never loads the event loop
+
         loop = asyncio.get_running_loop()
         future: asyncio.Future[CancellationReason] = loop.create_future()
 

@@ -57,7 +57,12 @@ class CancellationReason(enum.Enum):
 @final
 @dataclass(frozen=True, slots=True)
 class RunTermination:
-    """The run's one terminal outcome: recorded once, never replaced.
+    """The run's one terminal outcome: recorded once, never replaced. The *record*, not an error.
+
+    Every ended run has exactly one, read as ``ctx.lifecycle.termination`` (``None`` while
+    RUNNING) and returned in :class:`FinishResult`. Not to be confused with
+    :class:`~diagnosis_harness.RunTerminated` (with a ``d``), the *exception* a boundary raises
+    when work is attempted after the ending: it carries this record as ``error.termination``.
 
     ``boundary`` is the boundary at which the harness decided the ending -- the one whose
     reservation passed a limit, or that read the clock past the deadline -- and ``None`` for an

@@ -1,5 +1,8 @@
 """Every exception the harness raises, in one hierarchy rooted at :class:`HarnessError`.
 
+:class:`RunTerminated` is the exception a boundary raises once the run is over; it carries the
+run's :class:`~diagnosis_harness.RunTermination`, the record of how it ended (``.termination``).
+
 None of the run-ending exceptions subclasses ``TimeoutError`` or ``asyncio.CancelledError``: a
 generic ``except TimeoutError`` written for an SDK call must not swallow the end of the run, and a
 run's cancellation is not the cancellation of an asyncio task unless ``ctx.scope()`` says so.
@@ -100,11 +103,16 @@ class IllegalTransition(HarnessError):
 
 
 class RunTerminated(HarnessError):
-    """The run is over; no further controlled work may start.
+    """The run is over; no further controlled work may start. The *exception*, raised at a gate.
 
-    ``termination`` is the run's one terminal outcome (the same object every time), ``boundary``
-    the gate that refused the work, or ``None`` when the refusal did not come from a gate.
-    Catch this class to handle every way a run can end; its subclasses say which way it ended.
+    Not :class:`~diagnosis_harness.RunTermination` (no ``d``): that is the *record* of how the run
+    ended -- state, reason, time, boundary -- which every ended run has, raised or not, and which
+    ``ctx.lifecycle.termination`` returns. This exception is raised only when work is attempted
+    after the ending, and carries that record: ``termination`` is the run's one terminal outcome,
+    the same object ``ctx.lifecycle.termination`` returns in this process (``error.termination is
+    ctx.lifecycle.termination``). ``boundary`` is the gate that refused the work, or ``None`` when
+    the refusal did not come from a gate. Catch this class to handle every way a run can end; its
+    subclasses say which way it ended, as ``termination.state`` does.
 
     The message names the boundary at which the run ended (``termination.boundary``), whichever
     gate refuses later work (``boundary`` says which): a per-Tool limit reads ``TOOL boundary
