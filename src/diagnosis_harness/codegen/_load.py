@@ -122,9 +122,43 @@ def load_machine(path: Path, *, requirements: Iterable[str] | None = None) -> Ma
     return _validate(path, raw, known_requirements)
 
 
-def _table(path: Path, raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+_TOML_KINDS = {
+    bool: "a boolean",
+    int: "an integer",
+    float: "a float",
+    str: "a string",
+    list: "an array",
+}
+
+
+def _kind(value: object) -> str:
+    """What TOML made of ``value``, for a message: "an integer", "an array", "a date"..."""
+    return _TOML_KINDS.get(type(value), f"a {type(value).__name__}")
+
+
+def _entries(path: Path, raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """The section ``[key]``, empty when absent; any value but a table is refused, named.
+
+    TOML lets ``key = 1`` stand where ``[key.<name>]`` tables belong; the loader must then say
+    so rather than fail on the value later.
+    """
     value = raw.get(key)
-    if not isinstance(value, dict) or not value:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TableError(
+            path,
+            f"[{key}]",
+            f"must be a table of [{key}.<name>] tables, not {_kind(value)}",
+            f"declare each entry as [{key}.<name>] with a doc, and no `{key} = ...` value",
+        )
+    return value
+
+
+def _table(path: Path, raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """The section ``[key]``, which must hold at least one ``[key.<name>]``."""
+    value = _entries(path, raw, key)
+    if not value:
         raise TableError(
             path, f"[{key}]", "missing or empty", f"declare at least one [{key}.<name>]"
         )
@@ -170,6 +204,13 @@ def _validate(
 def _machine(path: Path, raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, str]]:
     """The ``[machine]`` table and its four identifiers (name, class and the two enums)."""
     machine = raw.get("machine")
+    if machine is not None and not isinstance(machine, dict):
+        raise TableError(
+            path,
+            "[machine]",
+            f"must be a table, not {_kind(machine)}",
+            "write [machine] on its own line, with name and class_name under it",
+        )
     if not isinstance(machine, dict):
         raise TableError(
             path, "[machine]", "missing", "add a [machine] table with name and class_name"
@@ -242,7 +283,7 @@ def _events(path: Path, raw: Mapping[str, Any]) -> list[tuple[str, str]]:
 def _guards(path: Path, raw: Mapping[str, Any]) -> list[GuardSpec]:
     """The ``[guards.<name>]`` tables; a table may have none."""
     guards: list[GuardSpec] = []
-    for name, entry in (raw.get("guards") or {}).items():
+    for name, entry in _entries(path, raw, "guards").items():
         where = f"[guards.{name}]"
         if not _EVENT_NAME.match(name) or not isinstance(entry, dict):
             raise TableError(
