@@ -13,7 +13,7 @@ import sys
 from collections import deque
 from dataclasses import dataclass
 from itertools import combinations
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, final
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -296,7 +296,8 @@ def _guards(path: Path, raw: Mapping[str, Any]) -> list[GuardSpec]:
     return guards
 
 
-@dataclass(frozen=True, slots=True)
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Names:
     """What a row may name: the declared states, events and guards, and the spec's
     requirements (``None``: any requirement is accepted)."""
