@@ -93,32 +93,37 @@ def _terminal_racers(
     def cancel() -> None:
         results["cancel"].won = ctx.cancellation.cancel(CancellationReason.USER_REQUESTED)
 
-    def deadline() -> None:
-        clock.late_thread = threading.get_ident()
-        try:
-            ctx.check(RACE_BOUNDARY)
-        except RunTimedOut as error:  # only this racer can make the run TIMED_OUT
-            results["deadline"].won = True
-            results["deadline"].errors.append(error)
-        except RunTerminated as error:
-            results["deadline"].errors.append(error)
-        else:  # pragma: no cover - the clock reads the deadline on this thread
-            raise AssertionError("check passed at the deadline")
-
-    def budget() -> None:
-        try:
-            ctx.reserve_model_call()  # the one Model call allowed is already used
-        except BudgetExhausted as error:  # only this racer can exhaust the budget
-            results["budget"].won = True
-            results["budget"].errors.append(error)
-        except RunTerminated as error:
-            results["budget"].errors.append(error)
-        else:  # pragma: no cover
-            raise AssertionError("a reservation past the limit was granted")
-
-    racers = {"succeed": succeed, "fail": fail, "cancel": cancel, "deadline": deadline}
-    racers["budget"] = budget
+    racers = {"succeed": succeed, "fail": fail, "cancel": cancel}
+    racers["deadline"] = functools.partial(_deadline_racer, ctx, clock, results["deadline"])
+    racers["budget"] = functools.partial(_budget_racer, ctx, results["budget"])
     return {name: (results[name], racers[name]) for name in results}
+
+
+def _deadline_racer(ctx: RunContext, clock: SkewedClock, outcome: Outcome) -> None:
+    """Check a boundary on the one thread where the clock reads the deadline."""
+    clock.late_thread = threading.get_ident()
+    try:
+        ctx.check(RACE_BOUNDARY)
+    except RunTimedOut as error:  # only this racer can make the run TIMED_OUT
+        outcome.won = True
+        outcome.errors.append(error)
+    except RunTerminated as error:
+        outcome.errors.append(error)
+    else:  # pragma: no cover - the clock reads the deadline on this thread
+        raise AssertionError("check passed at the deadline")
+
+
+def _budget_racer(ctx: RunContext, outcome: Outcome) -> None:
+    """Reserve a Model call past the limit."""
+    try:
+        ctx.reserve_model_call()  # the one Model call allowed is already used
+    except BudgetExhausted as error:  # only this racer can exhaust the budget
+        outcome.won = True
+        outcome.errors.append(error)
+    except RunTerminated as error:
+        outcome.errors.append(error)
+    else:  # pragma: no cover
+        raise AssertionError("a reservation past the limit was granted")
 
 
 RACE_BOUNDARY = Boundary.GUARD

@@ -239,3 +239,58 @@ def test_render_refuses_model_name_clashes(fixture: str, where: str, problem: st
     assert Path(info.value.path) == path
     assert info.value.where == where
     assert info.value.problem == problem
+
+
+def _with_value(tmp_path: Path, key: str, value: str) -> Path:
+    """``valid.toml`` with its ``[key...]`` tables replaced by the line ``key = value``."""
+    kept: list[str] = []
+    dropping = False
+    for line in _fixture("valid").read_text(encoding="utf-8").splitlines():
+        if line.startswith("["):
+            dropping = line == f"[{key}]" or line.startswith(f"[{key}.")
+        if not dropping:
+            kept.append(line)
+    path = tmp_path / f"{key}_value.toml"
+    path.write_text(f"{key} = {value}\n" + "\n".join(kept) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("key", ["states", "events", "guards"])
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [("1", "an integer"), ('"x"', "a string"), ("[1]", "an array"), ("true", "a boolean")],
+)
+def test_a_section_given_a_value_instead_of_tables_is_refused_by_name(
+    tmp_path: Path, key: str, value: str, kind: str
+) -> None:
+    """``states = 1`` where ``[states.<NAME>]`` tables belong: a TableError naming the section
+    and what it must be (it was an AttributeError for [guards], "missing or empty" for the two
+    others)."""
+    path = _with_value(tmp_path, key, value)
+    error = _refusal(path)
+    assert error.where == f"[{key}]"
+    assert error.problem == f"must be a table of [{key}.<name>] tables, not {kind}"
+    assert f"[{key}.<name>]" in error.fix
+
+
+def test_a_machine_given_a_value_instead_of_a_table_is_refused_by_name(tmp_path: Path) -> None:
+    error = _refusal(_with_value(tmp_path, "machine", '"job"'))
+    assert (error.where, error.problem) == ("[machine]", "must be a table, not a string")
+
+
+def test_a_table_without_guards_still_loads(tmp_path: Path) -> None:
+    """[guards] may be left out: only a value where its tables belong is refused."""
+    path = tmp_path / "no_guards.toml"
+    path.write_text(
+        '[machine]\nname = "job"\nclass_name = "JobModel"\nstate_enum = "JobState"\n'
+        'event_enum = "JobEvent"\ndoc = "IDLE, then DONE."\n\n'
+        '[states.IDLE]\ninitial = true\ndoc = "Not started."\n\n'
+        '[states.DONE]\nterminal = true\ndoc = "Finished."\n\n'
+        '[events.finish]\ndoc = "Finish the job."\n\n'
+        '[[transitions]]\nsource = "IDLE"\nevent = "finish"\ntarget = "DONE"\n'
+        'requirement = "A Run SHALL have exactly one terminal outcome"\n',
+        encoding="utf-8",
+    )
+    spec = load_machine(path, requirements=SPEC_REQUIREMENTS)
+    assert spec.guards == ()
+    assert [(r.source, r.target) for r in spec.rows] == [("IDLE", "DONE")]

@@ -189,36 +189,53 @@ def _edge_meets(edge: Edge, rect: Rect) -> bool:
     return False
 
 
-def collisions(drawing: Drawing) -> dict[str, list[str]]:
-    """What overlaps in ``drawing``, by kind; every list is empty for a good layout."""
-    found: dict[str, list[str]] = {
-        "label x edge": [],
-        "label x label": [],
-        "label x box": [],
-        "edge x box": [],
-        "box x box": [],
-        "outside the canvas": [],
-    }
+def _labels_crossed(drawing: Drawing) -> tuple[list[str], list[str], list[str]]:
+    """Labels under an edge, on a box, and on another label."""
+    crossed: list[str] = []
+    on_box: list[str] = []
+    on_label: list[str] = []
     for label in drawing.labels:
-        for edge in drawing.edges:
-            if _edge_meets(edge, label.rect):
-                found["label x edge"].append(f"{label.text!r} crossed by row {edge.row}")
-        for name, box in drawing.boxes.items():
-            if _rects_meet(label.rect, box):
-                found["label x box"].append(f"{label.text!r} on {name}")
+        crossed += [
+            f"{label.text!r} crossed by row {edge.row}"
+            for edge in drawing.edges
+            if _edge_meets(edge, label.rect)
+        ]
+        on_box += [
+            f"{label.text!r} on {name}"
+            for name, box in drawing.boxes.items()
+            if _rects_meet(label.rect, box)
+        ]
     for i, a in enumerate(drawing.labels):
-        for b in drawing.labels[i + 1 :]:
-            if _rects_meet(a.rect, b.rect):
-                found["label x label"].append(f"{a.text!r} on {b.text!r}")
+        on_label += [
+            f"{a.text!r} on {b.text!r}"
+            for b in drawing.labels[i + 1 :]
+            if _rects_meet(a.rect, b.rect)
+        ]
+    return crossed, on_box, on_label
+
+
+def _boxes_crossed(drawing: Drawing) -> tuple[list[str], list[str]]:
+    """Edges through a box, and boxes on another box."""
+    through: list[str] = []
+    on_box: list[str] = []
     names = list(drawing.boxes)
     for i, name in enumerate(names):
         inside = _grow(drawing.boxes[name], -1.0)  # an edge may end on the border, not inside
-        for edge in drawing.edges:
-            if any(_segment_meets(p, q, inside) for p, q in edge.segments):
-                found["edge x box"].append(f"row {edge.row} through {name}")
-        for other in names[i + 1 :]:
-            if _rects_meet(drawing.boxes[name], drawing.boxes[other]):
-                found["box x box"].append(f"{name} on {other}")
+        through += [
+            f"row {edge.row} through {name}"
+            for edge in drawing.edges
+            if any(_segment_meets(p, q, inside) for p, q in edge.segments)
+        ]
+        on_box += [
+            f"{name} on {other}"
+            for other in names[i + 1 :]
+            if _rects_meet(drawing.boxes[name], drawing.boxes[other])
+        ]
+    return through, on_box
+
+
+def _outside(drawing: Drawing) -> list[str]:
+    """Labels, boxes and edges not wholly inside the canvas."""
     view = drawing.view
     things = [(label.text, label.rect) for label in drawing.labels]
     things += list(drawing.boxes.items())
@@ -226,12 +243,27 @@ def collisions(drawing: Drawing) -> dict[str, list[str]]:
         xs = [x for segment in edge.segments for x, _ in segment]
         ys = [y for segment in edge.segments for _, y in segment]
         things.append((f"row {edge.row}", (min(xs), min(ys), max(xs), max(ys))))
-    for what, rect in things:
+    return [
+        what
+        for what, rect in things
         if not (
             view[0] <= rect[0] <= rect[2] <= view[2] and view[1] <= rect[1] <= rect[3] <= view[3]
-        ):
-            found["outside the canvas"].append(what)
-    return found
+        )
+    ]
+
+
+def collisions(drawing: Drawing) -> dict[str, list[str]]:
+    """What overlaps in ``drawing``, by kind; every list is empty for a good layout."""
+    label_x_edge, label_x_box, label_x_label = _labels_crossed(drawing)
+    edge_x_box, box_x_box = _boxes_crossed(drawing)
+    return {
+        "label x edge": label_x_edge,
+        "label x label": label_x_label,
+        "label x box": label_x_box,
+        "edge x box": edge_x_box,
+        "box x box": box_x_box,
+        "outside the canvas": _outside(drawing),
+    }
 
 
 def assert_clean(svg: str, rows: int) -> None:

@@ -56,6 +56,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 
 from diagnosis_harness import (
     BudgetLimits,
+    BudgetUsage,
     CancellationReason,
     RunCancelled,
     RunContext,
@@ -486,10 +487,103 @@ class Outcome:
     problems: list[str]
 
 
+@dataclass
+class _AtEnd:
+    """What the run had granted, and what had started, when its call ended."""
+
+    granted: BudgetUsage
+    refusals: list[RunTerminated | None]
+    requests: int
+    tool_started: bool
+    reading: list[str]
+
+
+def _end(cell: Cell, ctx: RunContext, ending: str, other: OtherProcess | None) -> float:
+    """End the run as ``ending`` says, once the stall is reached; the monotonic time it ended."""
+    if ending == "deadline":  # nothing to do but wait; whether the stall was reached, after
+        return ctx.deadline.instant_ns / 1e9
+    if not cell.wait_for_stall():
+        since = time.monotonic()
+        if other is not None:
+            other.conn.send("skip")
+        return since
+    if ending == "thread-cancel":
+        since = time.monotonic()
+        ctx.cancellation.cancel(CancellationReason.USER_REQUESTED)
+        return since
+    assert other is not None
+    other.conn.send("cancel")
+    cancelled_at, won = other.conn.recv()
+    assert won
+    return float(cancelled_at)
+
+
+def _at_end(cell: Cell, ctx: RunContext, server: LoopbackServer) -> _AtEnd:
+    """What the run grants once it has ended: nothing, whichever boundary asks."""
+    granted = ctx.budget.snapshot()
+    refusals = [_refusal(ctx.reserve_model_call), _refusal(lambda: ctx.reserve_tool_call(TOOL))]
+    return _AtEnd(
+        granted, refusals, server.count, cell.tool.started.is_set(), _stream_workers_left(cell)
+    )
+
+
+def _release(cell: Cell, server: LoopbackServer, thread: threading.Thread, at_end: _AtEnd) -> None:
+    """Release every stall: the late answers arrive, and must start nothing."""
+    server.release_all()
+    cell.tool.release()
+    thread.join(BOUND)
+    for client in cell.clients:
+        client.close()
+    if at_end.tool_started:
+        assert cell.tool.finished.wait(BOUND)
+
+
+def _ending_problems(
+    ending: str, cell: Cell, ctx: RunContext, late: float | None, *, in_time: bool
+) -> list[str]:
+    """Whether the call ended on time, raising the ending's error, the run in its state."""
+    expected_error, expected_state, _ = EXPECTED[ending]
+    problems = []
+    if late is None:
+        problems.append("hung")
+    elif late > SLACK:
+        problems.append(f"ended {late:.3f} s after, more than {SLACK} s")
+    if in_time and not isinstance(cell.error, expected_error):
+        problems.append(f"raised {type(cell.error).__name__}: {cell.error}"[:200])
+    if ctx.lifecycle.state is not expected_state:
+        problems.append(f"the run is {ctx.lifecycle.state.name}")
+    return problems
+
+
+def _after_end_problems(
+    ending: str, cell: Cell, ctx: RunContext, server: LoopbackServer, at_end: _AtEnd
+) -> list[str]:
+    """Whether anything was granted, sent or started after the end."""
+    expected_error = EXPECTED[ending][0]
+    problems = []
+    if not all(isinstance(refusal, expected_error) for refusal in at_end.refusals):
+        problems.append(f"after the end, reservations gave {at_end.refusals}")
+    granted = ctx.budget.snapshot()
+    changed = [
+        dimension
+        for dimension in ("model_calls", "tool_calls", "per_tool_calls", "run_bytes")
+        if getattr(granted, dimension) != getattr(at_end.granted, dimension)
+    ]
+    if changed:
+        problems.append(f"granted after the end: {', '.join(changed)}")
+    if server.count != at_end.requests:
+        problems.append(f"{server.count - at_end.requests} request(s) sent after the end")
+    if cell.tool.started.is_set() and not at_end.tool_started:
+        problems.append("the tool started after the end")
+    if at_end.reading:
+        problems.append(f"{at_end.reading} still read the stalled stream after the end")
+    return problems
+
+
 def _play(adapter: str, stall: str, ending: str, deadline: float, other: OtherProcess | None
           ) -> Outcome:  # fmt: skip
     """One play of a cell: the stall, the ending, then the stall released; what each showed."""
-    expected_error, expected_state, expected_reason = EXPECTED[ending]
+    expected_reason = EXPECTED[ending][2]
     with serve() as server:
         ctx = _run(ending, deadline, other)
         reasons: list[CancellationReason] = []
@@ -508,68 +602,18 @@ def _play(adapter: str, stall: str, ending: str, deadline: float, other: OtherPr
         thread = threading.Thread(target=_drive, args=(cell,), name=f"cell-{adapter}", daemon=True)
         thread.start()
 
-        if ending == "deadline":  # nothing to do but wait; whether the stall was reached, after
-            since = ctx.deadline.instant_ns / 1e9
-        elif not cell.wait_for_stall():
-            since = time.monotonic()
-            if other is not None:
-                other.conn.send("skip")
-        elif ending == "thread-cancel":
-            since = time.monotonic()
-            ctx.cancellation.cancel(CancellationReason.USER_REQUESTED)
-        else:
-            assert other is not None
-            other.conn.send("cancel")
-            since, won = other.conn.recv()
-            assert won
+        since = _end(cell, ctx, ending, other)
         in_time = cell.ended.wait(max(0.0, since + HANG - time.monotonic()))
         late = None if not in_time or cell.ended_at is None else cell.ended_at - since
         stalled = cell.stalled
-
-        # What the run grants once it has ended: nothing, whichever boundary asks.
-        granted_at_end = ctx.budget.snapshot()
-        refusals = [_refusal(ctx.reserve_model_call), _refusal(lambda: ctx.reserve_tool_call(TOOL))]
-        requests_at_end = server.count
-        tool_started_at_end = cell.tool.started.is_set()
-        reading = _stream_workers_left(cell)
-
-        # Release every stall: the late answers arrive, and must start nothing.
-        server.release_all()
-        cell.tool.release()
-        thread.join(BOUND)
-        for client in cell.clients:
-            client.close()
-        if tool_started_at_end:
-            assert cell.tool.finished.wait(BOUND)
+        at_end = _at_end(cell, ctx, server)
+        _release(cell, server, thread, at_end)
         delivered = called.wait(BOUND)
 
-    granted = ctx.budget.snapshot()
-    problems = []
-    if late is None:
-        problems.append("hung")
-    elif late > SLACK:
-        problems.append(f"ended {late:.3f} s after, more than {SLACK} s")
-    if in_time and not isinstance(cell.error, expected_error):
-        problems.append(f"raised {type(cell.error).__name__}: {cell.error}"[:200])
-    if ctx.lifecycle.state is not expected_state:
-        problems.append(f"the run is {ctx.lifecycle.state.name}")
+    problems = _ending_problems(ending, cell, ctx, late, in_time=in_time)
     if not delivered or reasons != [expected_reason]:
         problems.append(f"callbacks ran with {[reason.value for reason in reasons]}")
-    if not all(isinstance(refusal, expected_error) for refusal in refusals):
-        problems.append(f"after the end, reservations gave {refusals}")
-    changed = [
-        dimension
-        for dimension in ("model_calls", "tool_calls", "per_tool_calls", "run_bytes")
-        if getattr(granted, dimension) != getattr(granted_at_end, dimension)
-    ]
-    if changed:
-        problems.append(f"granted after the end: {', '.join(changed)}")
-    if server.count != requests_at_end:
-        problems.append(f"{server.count - requests_at_end} request(s) sent after the end")
-    if cell.tool.started.is_set() and not tool_started_at_end:
-        problems.append("the tool started after the end")
-    if reading:
-        problems.append(f"{reading} still read the stalled stream after the end")
+    problems += _after_end_problems(ending, cell, ctx, server, at_end)
     if thread.is_alive():
         problems.append(f"the cell's thread still runs {BOUND} s after the stall was released")
     return Outcome(stalled, late, problems)

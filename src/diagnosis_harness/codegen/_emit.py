@@ -25,7 +25,7 @@ from statemachine import StateMachine
 from ._load import TableError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
 
     from ._load import MachineSpec, RowSpec
 
@@ -141,6 +141,23 @@ def _row(  # noqa: PLR0917 - positional, so that one row is one line
 
 
 def render_tables(machines: Sequence[MachineSpec], sources: Sequence[str]) -> str:
+    requirements: dict[str, str] = {}  # requirement text -> its constant, in first-use order
+    for m in machines:
+        for r in m.rows:
+            requirements.setdefault(r.requirement, f"_REQ_{len(requirements) + 1}")
+    out = _tables_preamble(machines, sources, requirements)
+    for m in machines:
+        out.append("")
+        out += _enum_lines(m)
+        out += _rows_function_lines(m, requirements)
+        out += _table_constant_lines(m)
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _tables_preamble(
+    machines: Sequence[MachineSpec], sources: Sequence[str], requirements: Mapping[str, str]
+) -> list[str]:
+    """The module's header, imports, ``__all__``, type variables, requirements and row helper."""
     out = [_header("#", sources)]
     out.append(
         '"""Runtime tables: enums and the transition rows of each machine, from model/."""\n'
@@ -158,72 +175,80 @@ def render_tables(machines: Sequence[MachineSpec], sources: Sequence[str]) -> st
     out.append("]\n")
     out.append('_S = TypeVar("_S", bound=enum.Enum)')
     out.append('_E = TypeVar("_E", bound=enum.Enum)\n')
-    requirements: dict[str, str] = {}
-    for m in machines:
-        for r in m.rows:
-            requirements.setdefault(r.requirement, f"_REQ_{len(requirements) + 1}")
     out.append(
         "# The spec requirements the rows serve: `### Requirement:` names of specs/*/spec.md."
     )
     out.extend(f'{name} = "{text}"' for text, name in requirements.items())
     out.append("\n")
     out.append(_ROW_HELPER)
-    for m in machines:
-        out.append("")
-        out.append(f"class {m.state_enum}(enum.Enum):")
-        out.append(f"    {_doc_literal(f'States of the {m.name} machine: {m.doc}')}\n")
-        for s in m.states:
-            out.append(f'    {s.name} = "{s.name}"')
-            out.append(f"    {_doc_literal(s.doc)}")
-        out.extend(_IDENTITY_HASH)
-        out.append("\n")
-        out.append(f"class {m.event_enum}(enum.Enum):")
-        out.append(f"    {_doc_literal(f'Events of the {m.name} machine.')}\n")
-        for name, doc in m.events:
-            out.append(f'    {name.upper()} = "{name}"')
-            out.append(f"    {_doc_literal(doc)}")
-        out.extend(_IDENTITY_HASH)
-        out.append("\n")
-        rows_function = f"_{m.name}_rows"
-        out.append(f"def {rows_function}() -> tuple[Row[{m.state_enum}, {m.event_enum}], ...]:")
-        out.append(f'    """The rows of model/{m.path.name}, in file order."""')
-        # Short names for the enums, as in _machine's Row[S, E], keep each row one line.
-        out.append(f"    S, E = {m.state_enum}, {m.event_enum}")
-        out.append("    # _row(index, source, event, target, guard, expect, requirement)")
-        out.append("    return (")
-        for r in m.rows:
-            guard = "None" if r.guard is None else f'"{r.guard}"'
-            fields = [
-                str(r.index),
-                f"S.{r.source}",
-                f"E.{r.event.upper()}",
-                f"S.{r.target}",
-                guard,
-                str(r.expect),
-                requirements[r.requirement],
-            ]
-            out.extend(_fit("        ", "_row", fields, ","))
-        out.append("    )")
-        out.append("\n")
-        terminal = [f"{m.state_enum}.{s.name}" for s in m.states if s.terminal]
-        out.append(f"{_const(m)}: MachineTable[{m.state_enum}, {m.event_enum}] = MachineTable(")
-        out.append(f'    name="{m.name}",')
-        out.append(f'    source="model/{m.path.name}",')
-        out.append(f"    states={m.state_enum},")
-        out.append(f"    events={m.event_enum},")
-        out.append(f"    initial={m.state_enum}.{m.initial.name},")
-        terminal_set = _fit("    ", "terminal=frozenset", ["{" + ", ".join(terminal) + "}"], ",")
-        if len(terminal_set) == 1:
-            out.extend(terminal_set)
-        else:  # ruff splits the set inside the call's own split parentheses
-            out.append("    terminal=frozenset(")
-            out.extend(_fit("        ", "", terminal, brackets="{}"))
-            out.append("    ),")
-        out.extend(_fit("    ", "guards=", [f'"{g.name}"' for g in m.guards], ",", one_tuple=True))
-        out.append(f"    rows={rows_function}(),")
-        out.append(")")
-        out.append("")
-    return "\n".join(out).rstrip("\n") + "\n"
+    return out
+
+
+def _enum_lines(m: MachineSpec) -> list[str]:
+    """The state and event enums of ``m``, each member with its docstring."""
+    out = [f"class {m.state_enum}(enum.Enum):"]
+    out.append(f"    {_doc_literal(f'States of the {m.name} machine: {m.doc}')}\n")
+    for s in m.states:
+        out.append(f'    {s.name} = "{s.name}"')
+        out.append(f"    {_doc_literal(s.doc)}")
+    out.extend(_IDENTITY_HASH)
+    out.append("\n")
+    out.append(f"class {m.event_enum}(enum.Enum):")
+    out.append(f"    {_doc_literal(f'Events of the {m.name} machine.')}\n")
+    for name, doc in m.events:
+        out.append(f'    {name.upper()} = "{name}"')
+        out.append(f"    {_doc_literal(doc)}")
+    out.extend(_IDENTITY_HASH)
+    out.append("\n")
+    return out
+
+
+def _rows_function_lines(m: MachineSpec, requirements: Mapping[str, str]) -> list[str]:
+    """``_<name>_rows()``: the rows of ``m`` in file order, one ``_row(...)`` a line."""
+    out = [f"def _{m.name}_rows() -> tuple[Row[{m.state_enum}, {m.event_enum}], ...]:"]
+    out.append(f'    """The rows of model/{m.path.name}, in file order."""')
+    # Short names for the enums, as in _machine's Row[S, E], keep each row one line.
+    out.append(f"    S, E = {m.state_enum}, {m.event_enum}")
+    out.append("    # _row(index, source, event, target, guard, expect, requirement)")
+    out.append("    return (")
+    for r in m.rows:
+        guard = "None" if r.guard is None else f'"{r.guard}"'
+        fields = [
+            str(r.index),
+            f"S.{r.source}",
+            f"E.{r.event.upper()}",
+            f"S.{r.target}",
+            guard,
+            str(r.expect),
+            requirements[r.requirement],
+        ]
+        out.extend(_fit("        ", "_row", fields, ","))
+    out.append("    )")
+    out.append("\n")
+    return out
+
+
+def _table_constant_lines(m: MachineSpec) -> list[str]:
+    """The ``MachineTable`` constant of ``m``."""
+    terminal = [f"{m.state_enum}.{s.name}" for s in m.states if s.terminal]
+    out = [f"{_const(m)}: MachineTable[{m.state_enum}, {m.event_enum}] = MachineTable("]
+    out.append(f'    name="{m.name}",')
+    out.append(f'    source="model/{m.path.name}",')
+    out.append(f"    states={m.state_enum},")
+    out.append(f"    events={m.event_enum},")
+    out.append(f"    initial={m.state_enum}.{m.initial.name},")
+    terminal_set = _fit("    ", "terminal=frozenset", ["{" + ", ".join(terminal) + "}"], ",")
+    if len(terminal_set) == 1:
+        out.extend(terminal_set)
+    else:  # ruff splits the set inside the call's own split parentheses
+        out.append("    terminal=frozenset(")
+        out.extend(_fit("        ", "", terminal, brackets="{}"))
+        out.append("    ),")
+    out.extend(_fit("    ", "guards=", [f'"{g.name}"' for g in m.guards], ",", one_tuple=True))
+    out.append(f"    rows=_{m.name}_rows(),")
+    out.append(")")
+    out.append("")
+    return out
 
 
 def _transition(pad: str, head: str, row: RowSpec) -> list[str]:
@@ -235,6 +260,15 @@ def _transition(pad: str, head: str, row: RowSpec) -> list[str]:
 
 
 def render_models(machines: Sequence[MachineSpec], sources: Sequence[str]) -> str:
+    out = _models_preamble(machines, sources)
+    for m in machines:
+        _check_names(m)
+        out += _model_class_lines(m)
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _models_preamble(machines: Sequence[MachineSpec], sources: Sequence[str]) -> list[str]:
+    """The module's header, docstring, guarded import of python-statemachine and ``__all__``."""
     out = [_header("#", sources)]
     out.append(
         '"""Executable specification: strict python-statemachine models of model/.\n\n'
@@ -265,52 +299,64 @@ def render_models(machines: Sequence[MachineSpec], sources: Sequence[str]) -> st
     out.append("__all__ = [")
     out.extend(f'    "{name}",' for name in exported)
     out.append("]")
-    for m in machines:
-        _check_names(m)
-        literal = f"{m.class_name.removesuffix('Model')}EventName"
-        names = [f'"{e}"' for e, _ in m.events]
-        out.append("\n")
-        out.extend(_fit("", f"{literal} = Literal", names, brackets="[]"))
-        out.append(f'"""The event names of the {m.name} machine."""\n')
+    return out
+
+
+def _model_class_lines(m: MachineSpec) -> list[str]:
+    """The event-name ``Literal`` of ``m`` and its ``StateMachine`` class."""
+    literal = f"{m.class_name.removesuffix('Model')}EventName"
+    names = [f'"{e}"' for e, _ in m.events]
+    out = ["\n"]
+    out.extend(_fit("", f"{literal} = Literal", names, brackets="[]"))
+    out.append(f'"""The event names of the {m.name} machine."""\n')
+    out.append("")
+    out.append(f"class {m.class_name}(StateMachine):")
+    out.append(f"    {_doc_literal(f'The {m.name} machine of model/{m.path.name}: {m.doc}')}\n")
+    for s in m.states:
+        flags = ["initial=True"] if s.initial else (["final=True"] if s.terminal else [])
+        arguments = [f'"{s.name}"', *flags, f"value={m.state_enum}.{s.name}"]
+        out.extend(_fit("    ", f"{_attr(s.name)} = State", arguments))
+    out.append("")
+    for event, _ in m.events:
+        out += _event_lines(event, [r for r in m.rows if r.event == event])
+    for g in m.guards:
         out.append("")
-        out.append(f"class {m.class_name}(StateMachine):")
-        out.append(f"    {_doc_literal(f'The {m.name} machine of model/{m.path.name}: {m.doc}')}\n")
-        for s in m.states:
-            flags = ["initial=True"] if s.initial else (["final=True"] if s.terminal else [])
-            arguments = [f'"{s.name}"', *flags, f"value={m.state_enum}.{s.name}"]
-            out.extend(_fit("    ", f"{_attr(s.name)} = State", arguments))
-        out.append("")
-        for event, _ in m.events:
-            rows = [r for r in m.rows if r.event == event]
-            if len(rows) == 1:
-                out.extend(_transition("    ", f"{event} = ", rows[0]))
-                continue
-            # The comment citing each row also keeps ruff from joining the parts or re-splitting
-            # them inside a call: a parenthesized expression with comments stays split at its `|`.
-            out.append(f"    {event} = (")
-            out.extend(_transition("        ", "", rows[0]))
-            for r in rows[1:]:
-                out.extend(_transition("        ", "| ", r))
-            out.append("    )")
-        for g in m.guards:
-            out.append("")
-            out.append(f"    def {g.name}(self, guards: Mapping[str, bool]) -> bool:")
-            out.append(f"        {_doc_literal(g.doc, indent=8)}")
-            out.append(f'        return guards["{g.name}"]')
-        out.append("")
-        out.append(f"    def fire(self, event: {literal}, /, **guards: bool) -> None:")
-        out.append(
-            '        """Send ``event`` with guard values; TransitionNotAllowed if no row fits."""'
-        )
-        out.append("        self.send(event, guards=guards)")
-        out.append("")
-        out.append("    @property")
-        out.append(f"    def model_state(self) -> {m.state_enum}:")
-        out.append('        """The one active state, as the runtime enum."""')
-        out.append("        value = self.current_state_value")
-        out.append(f"        assert isinstance(value, {m.state_enum})")
-        out.append("        return value")
-    return "\n".join(out).rstrip("\n") + "\n"
+        out.append(f"    def {g.name}(self, guards: Mapping[str, bool]) -> bool:")
+        out.append(f"        {_doc_literal(g.doc, indent=8)}")
+        out.append(f'        return guards["{g.name}"]')
+    out += _model_methods(m, literal)
+    return out
+
+
+def _event_lines(event: str, rows: Sequence[RowSpec]) -> list[str]:
+    """``event = a.to(b) | ...``: the transitions of one event, one row a line."""
+    if len(rows) == 1:
+        return _transition("    ", f"{event} = ", rows[0])
+    # The comment citing each row also keeps ruff from joining the parts or re-splitting
+    # them inside a call: a parenthesized expression with comments stays split at its `|`.
+    out = [f"    {event} = ("]
+    out.extend(_transition("        ", "", rows[0]))
+    for r in rows[1:]:
+        out.extend(_transition("        ", "| ", r))
+    out.append("    )")
+    return out
+
+
+def _model_methods(m: MachineSpec, literal: str) -> list[str]:
+    """``fire`` and ``model_state``, the two methods every model class has."""
+    return [
+        "",
+        f"    def fire(self, event: {literal}, /, **guards: bool) -> None:",
+        '        """Send ``event`` with guard values; TransitionNotAllowed if no row fits."""',
+        "        self.send(event, guards=guards)",
+        "",
+        "    @property",
+        f"    def model_state(self) -> {m.state_enum}:",
+        '        """The one active state, as the runtime enum."""',
+        "        value = self.current_state_value",
+        f"        assert isinstance(value, {m.state_enum})",
+        "        return value",
+    ]
 
 
 @contextmanager

@@ -13,7 +13,7 @@ import sys
 from collections import deque
 from dataclasses import dataclass
 from itertools import combinations
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, final
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -122,9 +122,43 @@ def load_machine(path: Path, *, requirements: Iterable[str] | None = None) -> Ma
     return _validate(path, raw, known_requirements)
 
 
-def _table(path: Path, raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+_TOML_KINDS = {
+    bool: "a boolean",
+    int: "an integer",
+    float: "a float",
+    str: "a string",
+    list: "an array",
+}
+
+
+def _kind(value: object) -> str:
+    """What TOML made of ``value``, for a message: "an integer", "an array", "a date"..."""
+    return _TOML_KINDS.get(type(value), f"a {type(value).__name__}")
+
+
+def _entries(path: Path, raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """The section ``[key]``, empty when absent; any value but a table is refused, named.
+
+    TOML lets ``key = 1`` stand where ``[key.<name>]`` tables belong; the loader must then say
+    so rather than fail on the value later.
+    """
     value = raw.get(key)
-    if not isinstance(value, dict) or not value:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TableError(
+            path,
+            f"[{key}]",
+            f"must be a table of [{key}.<name>] tables, not {_kind(value)}",
+            f"declare each entry as [{key}.<name>] with a doc, and no `{key} = ...` value",
+        )
+    return value
+
+
+def _table(path: Path, raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """The section ``[key]``, which must hold at least one ``[key.<name>]``."""
+    value = _entries(path, raw, key)
+    if not value:
         raise TableError(
             path, f"[{key}]", "missing or empty", f"declare at least one [{key}.<name>]"
         )
@@ -148,78 +182,10 @@ def _flag(path: Path, where: str, entry: Mapping[str, Any], key: str) -> bool:
 def _validate(
     path: Path, raw: Mapping[str, Any], requirements: frozenset[str] | None
 ) -> MachineSpec:
-    machine = raw.get("machine")
-    if not isinstance(machine, dict):
-        raise TableError(
-            path, "[machine]", "missing", "add a [machine] table with name and class_name"
-        )
-    header = {
-        key: _text(path, "[machine]", machine, key, required=True)
-        for key in ("name", "class_name", "state_enum", "event_enum")
-    }
-    for key, value in header.items():
-        if not _IDENTIFIER.match(value):
-            raise TableError(
-                path, "[machine]", f"{key} {value!r} is not an identifier", "use letters, digits, _"
-            )
-
-    states: list[StateSpec] = []
-    for name, entry in _table(path, raw, "states").items():
-        where = f"[states.{name}]"
-        if not _STATE_NAME.match(name):
-            raise TableError(
-                path, where, "state names are UPPER_SNAKE_CASE", f"rename it {name.upper()}"
-            )
-        if not isinstance(entry, dict):
-            raise TableError(
-                path, where, "must be a table", f"write [states.{name}] on its own line"
-            )
-        state = StateSpec(
-            name=name,
-            doc=_text(path, where, entry, "doc", required=True),
-            initial=_flag(path, where, entry, "initial"),
-            terminal=_flag(path, where, entry, "terminal"),
-        )
-        if state.initial and state.terminal:
-            raise TableError(
-                path, where, "a state cannot be both initial and terminal", "drop one flag"
-            )
-        states.append(state)
-    initials = [s.name for s in states if s.initial]
-    if len(initials) != 1:
-        found = ", ".join(initials) if initials else "none"
-        raise TableError(
-            path,
-            "[states]",
-            f"exactly one initial state is required (found: {found})",
-            "mark exactly one state with initial = true",
-        )
-
-    events: list[tuple[str, str]] = []
-    for name, entry in _table(path, raw, "events").items():
-        where = f"[events.{name}]"
-        if not _EVENT_NAME.match(name):
-            raise TableError(
-                path, where, "event names are lower_snake_case", f"rename it {name.lower()}"
-            )
-        if not isinstance(entry, dict):
-            raise TableError(
-                path, where, "must be a table", f"write [events.{name}] on its own line"
-            )
-        events.append((name, _text(path, where, entry, "doc", required=True)))
-
-    guards: list[GuardSpec] = []
-    for name, entry in (raw.get("guards") or {}).items():
-        where = f"[guards.{name}]"
-        if not _EVENT_NAME.match(name) or not isinstance(entry, dict):
-            raise TableError(
-                path,
-                where,
-                "guards are lower_snake_case tables",
-                "write [guards.<name>] with a doc",
-            )
-        guards.append(GuardSpec(name=name, doc=_text(path, where, entry, "doc", required=True)))
-
+    machine, header = _machine(path, raw)
+    states = _states(path, raw)
+    events = _events(path, raw)
+    guards = _guards(path, raw)
     rows = _rows(
         path, raw=raw, states=states, events=events, guards=guards, requirements=requirements
     )
@@ -235,6 +201,113 @@ def _validate(
     )
 
 
+def _machine(path: Path, raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, str]]:
+    """The ``[machine]`` table and its four identifiers (name, class and the two enums)."""
+    machine = raw.get("machine")
+    if machine is not None and not isinstance(machine, dict):
+        raise TableError(
+            path,
+            "[machine]",
+            f"must be a table, not {_kind(machine)}",
+            "write [machine] on its own line, with name and class_name under it",
+        )
+    if not isinstance(machine, dict):
+        raise TableError(
+            path, "[machine]", "missing", "add a [machine] table with name and class_name"
+        )
+    header = {
+        key: _text(path, "[machine]", machine, key, required=True)
+        for key in ("name", "class_name", "state_enum", "event_enum")
+    }
+    for key, value in header.items():
+        if not _IDENTIFIER.match(value):
+            raise TableError(
+                path, "[machine]", f"{key} {value!r} is not an identifier", "use letters, digits, _"
+            )
+    return machine, header
+
+
+def _states(path: Path, raw: Mapping[str, Any]) -> list[StateSpec]:
+    """The ``[states.<NAME>]`` tables, exactly one of them initial."""
+    states = [_state(path, name, entry) for name, entry in _table(path, raw, "states").items()]
+    initials = [s.name for s in states if s.initial]
+    if len(initials) != 1:
+        found = ", ".join(initials) if initials else "none"
+        raise TableError(
+            path,
+            "[states]",
+            f"exactly one initial state is required (found: {found})",
+            "mark exactly one state with initial = true",
+        )
+    return states
+
+
+def _state(path: Path, name: str, entry: object) -> StateSpec:
+    where = f"[states.{name}]"
+    if not _STATE_NAME.match(name):
+        raise TableError(
+            path, where, "state names are UPPER_SNAKE_CASE", f"rename it {name.upper()}"
+        )
+    if not isinstance(entry, dict):
+        raise TableError(path, where, "must be a table", f"write [states.{name}] on its own line")
+    state = StateSpec(
+        name=name,
+        doc=_text(path, where, entry, "doc", required=True),
+        initial=_flag(path, where, entry, "initial"),
+        terminal=_flag(path, where, entry, "terminal"),
+    )
+    if state.initial and state.terminal:
+        raise TableError(
+            path, where, "a state cannot be both initial and terminal", "drop one flag"
+        )
+    return state
+
+
+def _events(path: Path, raw: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The ``[events.<name>]`` tables, as (name, doc)."""
+    events: list[tuple[str, str]] = []
+    for name, entry in _table(path, raw, "events").items():
+        where = f"[events.{name}]"
+        if not _EVENT_NAME.match(name):
+            raise TableError(
+                path, where, "event names are lower_snake_case", f"rename it {name.lower()}"
+            )
+        if not isinstance(entry, dict):
+            raise TableError(
+                path, where, "must be a table", f"write [events.{name}] on its own line"
+            )
+        events.append((name, _text(path, where, entry, "doc", required=True)))
+    return events
+
+
+def _guards(path: Path, raw: Mapping[str, Any]) -> list[GuardSpec]:
+    """The ``[guards.<name>]`` tables; a table may have none."""
+    guards: list[GuardSpec] = []
+    for name, entry in _entries(path, raw, "guards").items():
+        where = f"[guards.{name}]"
+        if not _EVENT_NAME.match(name) or not isinstance(entry, dict):
+            raise TableError(
+                path,
+                where,
+                "guards are lower_snake_case tables",
+                "write [guards.<name>] with a doc",
+            )
+        guards.append(GuardSpec(name=name, doc=_text(path, where, entry, "doc", required=True)))
+    return guards
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Names:
+    """What a row may name: the declared states, events and guards, and the spec's
+    requirements (``None``: any requirement is accepted)."""
+
+    states: frozenset[str]
+    events: frozenset[str]
+    guards: frozenset[str]
+    requirements: frozenset[str] | None
+
+
 def _rows(
     path: Path,
     *,
@@ -244,95 +317,108 @@ def _rows(
     guards: list[GuardSpec],
     requirements: frozenset[str] | None,
 ) -> list[RowSpec]:
-    state_names = {s.name for s in states}
-    event_names = {name for name, _ in events}
-    guard_names = {g.name for g in guards}
+    names = _Names(
+        states=frozenset(s.name for s in states),
+        events=frozenset(name for name, _ in events),
+        guards=frozenset(g.name for g in guards),
+        requirements=requirements,
+    )
     entries = raw.get("transitions")
     if not isinstance(entries, list) or not entries:
         raise TableError(path, "[[transitions]]", "no transition rows", "add [[transitions]] rows")
-    rows: list[RowSpec] = []
-    for index, entry in enumerate(entries, start=1):
-        where = f"transitions[{index}]"
-        if not isinstance(entry, dict):
-            raise TableError(path, where, "must be a table", "write each row as [[transitions]]")
-        unknown_keys = set(entry) - {"source", "event", "target", "guard", "requirement"}
-        if unknown_keys:
-            raise TableError(
-                path,
-                where,
-                f"unknown key(s) {sorted(unknown_keys)}",
-                "use only source, event, target, guard, requirement",
-            )
-        source = _text(path, where, entry, "source", required=True)
-        event = _text(path, where, entry, "event", required=True)
-        target = _text(path, where, entry, "target", required=True)
-        where = f"transitions[{index}] ({source}, {event})"
-        for role, name in (("source", source), ("target", target)):
-            if name not in state_names:
-                raise TableError(
-                    path,
-                    where,
-                    f"unknown {role} state {name!r}",
-                    f"use one of {sorted(state_names)} or declare [states.{name}]",
-                )
-        if event not in event_names:
-            raise TableError(
-                path,
-                where,
-                f"unknown event {event!r}",
-                f"use one of {sorted(event_names)} or declare [events.{event}]",
-            )
-        guard_text = entry.get("guard")
-        guard: str | None = None
-        expect = True
-        if guard_text is not None:
-            if not isinstance(guard_text, str):
-                raise TableError(
-                    path, where, "guard must be a string", 'write guard = "g" or "not g"'
-                )
-            words = guard_text.split()
-            if len(words) == 2 and words[0] == "not":
-                guard, expect = words[1], False
-            elif len(words) == 1:
-                guard = words[0]
-            else:
-                raise TableError(
-                    path, where, f"guard {guard_text!r} is not `g` or `not g`", "name one guard"
-                )
-            if guard not in guard_names:
-                raise TableError(
-                    path,
-                    where,
-                    f"unknown guard {guard!r}",
-                    f"use one of {sorted(guard_names) or 'no guards'} or declare [guards.{guard}]",
-                )
-        requirement = entry.get("requirement")
-        if not isinstance(requirement, str) or not requirement.strip():
-            raise TableError(
-                path,
-                where,
-                "missing requirement reference",
-                'add requirement = "<the spec requirement this row serves>"',
-            )
-        if requirements is not None and requirement not in requirements:
-            raise TableError(
-                path,
-                where,
-                f"requirement {requirement!r} is not in the spec",
-                "cite a `### Requirement:` name of specs/*/spec.md exactly",
-            )
-        rows.append(
-            RowSpec(
-                index=index,
-                source=source,
-                event=event,
-                target=target,
-                guard=guard,
-                expect=expect,
-                requirement=requirement,
-            )
+    return [_row(path, index, entry, names) for index, entry in enumerate(entries, start=1)]
+
+
+def _row(path: Path, index: int, entry: object, names: _Names) -> RowSpec:
+    """The ``index``-th ``[[transitions]]`` row, each name in it declared."""
+    where = f"transitions[{index}]"
+    if not isinstance(entry, dict):
+        raise TableError(path, where, "must be a table", "write each row as [[transitions]]")
+    unknown_keys = set(entry) - {"source", "event", "target", "guard", "requirement"}
+    if unknown_keys:
+        raise TableError(
+            path,
+            where,
+            f"unknown key(s) {sorted(unknown_keys)}",
+            "use only source, event, target, guard, requirement",
         )
-    return rows
+    source = _text(path, where, entry, "source", required=True)
+    event = _text(path, where, entry, "event", required=True)
+    target = _text(path, where, entry, "target", required=True)
+    where = f"transitions[{index}] ({source}, {event})"
+    for role, name in (("source", source), ("target", target)):
+        if name not in names.states:
+            raise TableError(
+                path,
+                where,
+                f"unknown {role} state {name!r}",
+                f"use one of {sorted(names.states)} or declare [states.{name}]",
+            )
+    if event not in names.events:
+        raise TableError(
+            path,
+            where,
+            f"unknown event {event!r}",
+            f"use one of {sorted(names.events)} or declare [events.{event}]",
+        )
+    guard, expect = _row_guard(path, where, entry.get("guard"), names.guards)
+    return RowSpec(
+        index=index,
+        source=source,
+        event=event,
+        target=target,
+        guard=guard,
+        expect=expect,
+        requirement=_row_requirement(path, where, entry.get("requirement"), names.requirements),
+    )
+
+
+def _row_guard(
+    path: Path, where: str, guard_text: object, guard_names: frozenset[str]
+) -> tuple[str | None, bool]:
+    """A row's ``guard`` (``g`` or ``not g``) as (guard, the value it expects)."""
+    if guard_text is None:
+        return None, True
+    if not isinstance(guard_text, str):
+        raise TableError(path, where, "guard must be a string", 'write guard = "g" or "not g"')
+    words = guard_text.split()
+    if len(words) == 2 and words[0] == "not":
+        guard, expect = words[1], False
+    elif len(words) == 1:
+        guard, expect = words[0], True
+    else:
+        raise TableError(
+            path, where, f"guard {guard_text!r} is not `g` or `not g`", "name one guard"
+        )
+    if guard not in guard_names:
+        raise TableError(
+            path,
+            where,
+            f"unknown guard {guard!r}",
+            f"use one of {sorted(guard_names) or 'no guards'} or declare [guards.{guard}]",
+        )
+    return guard, expect
+
+
+def _row_requirement(
+    path: Path, where: str, requirement: object, requirements: frozenset[str] | None
+) -> str:
+    """A row's ``requirement``: present, and a requirement of the spec when those are known."""
+    if not isinstance(requirement, str) or not requirement.strip():
+        raise TableError(
+            path,
+            where,
+            "missing requirement reference",
+            'add requirement = "<the spec requirement this row serves>"',
+        )
+    if requirements is not None and requirement not in requirements:
+        raise TableError(
+            path,
+            where,
+            f"requirement {requirement!r} is not in the spec",
+            "cite a `### Requirement:` name of specs/*/spec.md exactly",
+        )
+    return requirement
 
 
 def _disjoint(a: RowSpec, b: RowSpec) -> bool:
@@ -347,6 +433,15 @@ def _check_structure(
     guards: list[GuardSpec],
     rows: list[RowSpec],
 ) -> None:
+    """The checks of the table as a whole, in the order a reader fixes them: no exit from a
+    terminal state, no overlapping rows, every state reachable and left, every name used."""
+    _check_rows_apart(path, states, rows)
+    _check_reachable(path, states, rows)
+    _check_used(path, events, guards, rows)
+
+
+def _check_rows_apart(path: Path, states: list[StateSpec], rows: list[RowSpec]) -> None:
+    """No row leaves a terminal state; the rows of one (state, event) have disjoint guards."""
     terminal = {s.name for s in states if s.terminal}
     by_key: dict[tuple[str, str], list[RowSpec]] = {}
     for row in rows:
@@ -369,6 +464,9 @@ def _check_structure(
                     'guard one row with "g" and the other with "not g", or merge them',
                 )
 
+
+def _check_reachable(path: Path, states: list[StateSpec], rows: list[RowSpec]) -> None:
+    """Every state is reached from the initial one, and every non-terminal one has an exit."""
     adjacency: dict[str, set[str]] = {}
     for row in rows:
         adjacency.setdefault(row.source, set()).add(row.target)
@@ -396,6 +494,12 @@ def _check_structure(
                 f"non-terminal state {state.name} has no exit (a trap)",
                 "add a row leaving it, or mark it terminal = true",
             )
+
+
+def _check_used(
+    path: Path, events: list[tuple[str, str]], guards: list[GuardSpec], rows: list[RowSpec]
+) -> None:
+    """Every declared event and guard is used by a row."""
     used_events = {row.event for row in rows}
     for name, _ in events:
         if name not in used_events:

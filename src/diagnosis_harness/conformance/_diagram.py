@@ -325,199 +325,288 @@ def _pack(desired: Sequence[float], gaps: Sequence[float]) -> list[float]:
     return [p - shift for p in placed]
 
 
-def _layout(table: TableCoverage) -> _Layout:
-    recorded = table.recorded
-    states = _columns(table)
-    column_of = {state: c for c, column in enumerate(states) for state in column}
-    crossings, chains = _crossings(table, column_of)
-    columns: list[list[_Slot]] = [list(column) for column in states]
-    for x in crossings:  # dummies, where an edge passes through a column
-        for slot in (x.left, x.right):
-            if isinstance(slot, tuple) and slot not in columns[slot[1]]:
-                columns[slot[1]].append(slot)
-    _order(columns, crossings)
+@final
+class _Layouter:
+    """The layout of one table, computed in phases, one method each, in the order of
+    :meth:`layout`: columns and slots, sizes, vertical stacking, lanes, ports, horizontal
+    widths, then the boxes and edges drawn from them and the canvas around them.
 
-    loops: dict[str, list[RowCoverage]] = {}
-    for row in table.rows:
-        if row.source == row.target:
-            loops.setdefault(row.source, []).append(row)
+    Invariant: every attribute is set once, by the phase that owns it, before any later phase
+    reads it; :meth:`layout` runs the phases once (a ``_Layouter`` lays out one table once).
+    """
 
-    # Sizes: boxes fit their name, their loops' feet and their ports.
-    ports: dict[tuple[str, str], list[_Crossing]] = {}
-    for x in crossings:
-        if isinstance(x.left, str):
-            ports.setdefault((x.left, "right"), []).append(x)
-        if isinstance(x.right, str):
-            ports.setdefault((x.right, "left"), []).append(x)
-    size: dict[str, tuple[float, float]] = {}
-    above: dict[str, float] = {}  # room over a box for its loops and their labels
-    for state in table.states:
-        n = len(loops.get(state, ()))
-        width = max(
-            _BOX_W,
-            _text_width(state, _STATE_FONT) + 28,
-            _LOOP_INSET * 2 + n * (_LOOP_W + _LOOP_GAP),
-        )
-        sides = max(len(ports.get((state, side), ())) for side in ("left", "right"))
-        size[state] = (width, max(_BOX_H, _PORT_GAP * (sides + 1)))
-        above[state] = _LOOP_BASE + (n - 1) * _LOOP_STEP + _LABEL_FONT if n else 0.0
+    def __init__(self, table: TableCoverage) -> None:
+        self.table = table
+        self.recorded = table.recorded
+        self.states = _columns(table)
+        column_of = {state: c for c, column in enumerate(self.states) for state in column}
+        self.crossings, self.chains = _crossings(table, column_of)
+        self.columns = self._slots()
+        self.loops = self._loops()
+        self.ports = self._ports()
+        self.size: dict[str, tuple[float, float]] = {}
+        self.above: dict[str, float] = {}  # room over a box for its loops and their labels
+        self.top_of: dict[_Slot, float] = {}  # a box's top; a dummy's line
+        self.by_gap: list[list[_Crossing]] = []
+        self.col_box: list[float] = []
+        self.col_w: list[float] = []
+        self.curve: list[float] = []
+        self.straight: list[float] = []
+        self.col_x: list[float] = []
+        self.boxes: dict[str, _Box] = {}
 
-    # Vertical: each column's slots stacked, the columns centred on one another.
-    def extent(slot: _Slot) -> float:
-        return above[slot] + size[slot][1] if isinstance(slot, str) else 0.0
+    def layout(self) -> _Layout:
+        self._size_boxes()
+        self._stack()
+        self._route_lanes()
+        self._place_ports()
+        self._widen_columns()
+        self._widen_gaps()
+        self._place_boxes()
+        edges = self._loop_edges() + self._row_edges()
+        return _Layout(self.boxes, sorted(edges, key=lambda e: e.row.index), self._view(edges))
 
-    heights = [
-        sum(extent(slot) for slot in column) + _V_GAP * (len(column) - 1) for column in columns
-    ]
-    tallest = max(heights)
-    top_of: dict[_Slot, float] = {}  # a box's top; a dummy's line
-    for c, column in enumerate(columns):
-        y = (tallest - heights[c]) / 2
-        for slot in column:
-            top_of[slot] = y + (above[slot] if isinstance(slot, str) else 0.0)
-            y += extent(slot) + _V_GAP
+    # --- columns and slots ------------------------------------------------------------------
 
-    def middle(slot: _Slot) -> float:
-        return top_of[slot] + (size[slot][1] / 2 if isinstance(slot, str) else 0.0)
+    def _slots(self) -> list[list[_Slot]]:
+        """Each column's states, then the dummies where an edge passes through it, ordered."""
+        columns: list[list[_Slot]] = [list(column) for column in self.states]
+        for x in self.crossings:
+            for slot in (x.left, x.right):
+                if isinstance(slot, tuple) and slot not in columns[slot[1]]:
+                    columns[slot[1]].append(slot)
+        _order(columns, self.crossings)
+        return columns
 
-    # Lanes: each crossing near the y of its end with fewer crossings in that gap, packed apart.
-    gaps = max(len(columns) - 1, 0)
-    by_gap: list[list[_Crossing]] = [[] for _ in range(gaps)]
-    for x in crossings:
-        by_gap[x.gap].append(x)
-    for lane_set in by_gap:
+    def _loops(self) -> dict[str, list[RowCoverage]]:
+        loops: dict[str, list[RowCoverage]] = {}
+        for row in self.table.rows:
+            if row.source == row.target:
+                loops.setdefault(row.source, []).append(row)
+        return loops
+
+    def _ports(self) -> dict[tuple[str, str], list[_Crossing]]:
+        """The crossings attached to each (state, side) of a box."""
+        ports: dict[tuple[str, str], list[_Crossing]] = {}
+        for x in self.crossings:
+            if isinstance(x.left, str):
+                ports.setdefault((x.left, "right"), []).append(x)
+            if isinstance(x.right, str):
+                ports.setdefault((x.right, "left"), []).append(x)
+        return ports
+
+    # --- sizes and vertical placement -------------------------------------------------------
+
+    def _size_boxes(self) -> None:
+        """Boxes fit their name, their loops' feet and their ports."""
+        for state in self.table.states:
+            n = len(self.loops.get(state, ()))
+            width = max(
+                _BOX_W,
+                _text_width(state, _STATE_FONT) + 28,
+                _LOOP_INSET * 2 + n * (_LOOP_W + _LOOP_GAP),
+            )
+            sides = max(len(self.ports.get((state, side), ())) for side in ("left", "right"))
+            self.size[state] = (width, max(_BOX_H, _PORT_GAP * (sides + 1)))
+            self.above[state] = _LOOP_BASE + (n - 1) * _LOOP_STEP + _LABEL_FONT if n else 0.0
+
+    def _extent(self, slot: _Slot) -> float:
+        return self.above[slot] + self.size[slot][1] if isinstance(slot, str) else 0.0
+
+    def _stack(self) -> None:
+        """Each column's slots stacked, the columns centred on one another."""
+        heights = [
+            sum(self._extent(slot) for slot in column) + _V_GAP * (len(column) - 1)
+            for column in self.columns
+        ]
+        tallest = max(heights)
+        for c, column in enumerate(self.columns):
+            y = (tallest - heights[c]) / 2
+            for slot in column:
+                self.top_of[slot] = y + (self.above[slot] if isinstance(slot, str) else 0.0)
+                y += self._extent(slot) + _V_GAP
+
+    def _middle(self, slot: _Slot) -> float:
+        return self.top_of[slot] + (self.size[slot][1] / 2 if isinstance(slot, str) else 0.0)
+
+    # --- lanes and ports --------------------------------------------------------------------
+
+    def _route_lanes(self) -> None:
+        """Each crossing near the y of its end with fewer crossings in that gap, packed apart."""
+        self.by_gap = [[] for _ in range(max(len(self.columns) - 1, 0))]
+        for x in self.crossings:
+            self.by_gap[x.gap].append(x)
+        for lane_set in self.by_gap:
+            self._pack_lanes(lane_set)
+
+    def _pack_lanes(self, lane_set: list[_Crossing]) -> None:
         degree: dict[_Slot, int] = {}
         for x in lane_set:
             degree[x.left] = degree.get(x.left, 0) + 1
             degree[x.right] = degree.get(x.right, 0) + 1
 
-        def desired(x: _Crossing, degree: dict[_Slot, int] = degree) -> float:
+        def desired(x: _Crossing) -> float:
             a, b = degree[x.left], degree[x.right]
             if a == b:
-                return (middle(x.left) + middle(x.right)) / 2
-            return middle(x.left) if a < b else middle(x.right)
+                return (self._middle(x.left) + self._middle(x.right)) / 2
+            return self._middle(x.left) if a < b else self._middle(x.right)
 
-        lane_set.sort(key=lambda x: (desired(x), middle(x.left), middle(x.right), x.row.index))
+        lane_set.sort(
+            key=lambda x: (desired(x), self._middle(x.left), self._middle(x.right), x.row.index)
+        )
         spacing = [_LANE_LABELLED if x.labelled else _LANE_PLAIN for x in lane_set]
         for x, lane in zip(lane_set, _pack([desired(x) for x in lane_set], spacing), strict=True):
             x.lane = lane
 
-    # Ports: spread along each side of a box in the order of their lanes; dummies are lines.
-    for (state, side), attached in ports.items():
-        attached.sort(key=lambda x: (x.lane, x.row.index))
-        h = size[state][1]
-        for k, x in enumerate(attached):
-            y = top_of[state] + h * (k + 1) / (len(attached) + 1)
-            if side == "right":
-                x.y_left = y
-            else:
-                x.y_right = y
-    for x in crossings:
-        if not isinstance(x.left, str):
-            x.y_left = top_of[x.left]
-        if not isinstance(x.right, str):
-            x.y_right = top_of[x.right]
+    def _place_ports(self) -> None:
+        """Ports spread along each side of a box in the order of their lanes; dummies are lines."""
+        for (state, side), attached in self.ports.items():
+            attached.sort(key=lambda x: (x.lane, x.row.index))
+            h = self.size[state][1]
+            for k, x in enumerate(attached):
+                y = self.top_of[state] + h * (k + 1) / (len(attached) + 1)
+                if side == "right":
+                    x.y_left = y
+                else:
+                    x.y_right = y
+        for x in self.crossings:
+            if not isinstance(x.left, str):
+                x.y_left = self.top_of[x.left]
+            if not isinstance(x.right, str):
+                x.y_right = self.top_of[x.right]
 
-    # Horizontal: columns as wide as their boxes and loop labels, gaps as their labels and curves.
-    loop_labels = {state: [_label(row, recorded) for row in rows] for state, rows in loops.items()}
-    col_box = [max(size[s][0] for s in names) for names in states]
-    col_w = []
-    for c, names in enumerate(states):
-        right = col_box[c]
-        for state in names:
-            offset = (col_box[c] - size[state][0]) / 2
-            for i, text in enumerate(loop_labels.get(state, ())):
-                foot = _LOOP_INSET + i * (_LOOP_W + _LOOP_GAP) + _LOOP_W + 6
-                right = max(right, offset + foot + _text_width(text, _LABEL_FONT) + 2)
-        col_w.append(right + _COLUMN_PAD)
-    curve: list[float] = []
-    straight: list[float] = []
-    for lane_set in by_gap:
-        rise = max((abs(x.lane - y) for x in lane_set for y in (x.y_left, x.y_right)), default=0.0)
-        curve.append(min(_MAX_CURVE, max(_MIN_CURVE, rise * 0.5)))
-        widest = max(
-            (_text_width(_label(x.row, recorded), _LABEL_FONT) for x in lane_set if x.labelled),
-            default=0.0,
-        )
-        straight.append(max(_MIN_STRAIGHT, widest + 2 * _LABEL_PAD))
-    col_x = [40.0]  # room for the initial dot
-    for c in range(gaps):
-        col_x.append(col_x[c] + col_w[c] + 2 * curve[c] + straight[c])
+    # --- horizontal placement ---------------------------------------------------------------
 
-    boxes: dict[str, _Box] = {}
-    for c, names in enumerate(states):
-        for state in names:
-            w, h = size[state]
-            boxes[state] = _Box(col_x[c] + (col_box[c] - w) / 2, top_of[state], w, h)
+    def _widen_columns(self) -> None:
+        """Columns as wide as their boxes and their loops' labels."""
+        self.col_box = [max(self.size[s][0] for s in names) for names in self.states]
+        for c, names in enumerate(self.states):
+            right = self.col_box[c]
+            for state in names:
+                offset = (self.col_box[c] - self.size[state][0]) / 2
+                for i, row in enumerate(self.loops.get(state, ())):
+                    text = _label(row, self.recorded)
+                    foot = _LOOP_INSET + i * (_LOOP_W + _LOOP_GAP) + _LOOP_W + 6
+                    right = max(right, offset + foot + _text_width(text, _LABEL_FONT) + 2)
+            self.col_w.append(right + _COLUMN_PAD)
 
-    edges: list[_Edge] = []
-    for state, rows in loops.items():
-        box = boxes[state]
-        n = len(rows)
-        for i, row in enumerate(rows):
-            a = box.x + _LOOP_INSET + i * (_LOOP_W + _LOOP_GAP)
-            b = a + _LOOP_W
-            top = box.y - _LOOP_BASE - (n - 1 - i) * _LOOP_STEP
-            p = _Path((a, box.y))
-            p.line((a, top + _LOOP_R))
-            p.parts.append(((a, top), (a + _LOOP_R, top)))
-            p.line((b - _LOOP_R, top))
-            p.parts.append(((b, top), (b, top + _LOOP_R)))
-            p.line((b, box.y))
-            edges.append(_Edge(row, p, (b + 6, top + 4), "start"))
+    def _widen_gaps(self) -> None:
+        """Gaps as wide as their labels and curves; then each column's left edge."""
+        for lane_set in self.by_gap:
+            rise = max(
+                (abs(x.lane - y) for x in lane_set for y in (x.y_left, x.y_right)), default=0.0
+            )
+            self.curve.append(min(_MAX_CURVE, max(_MIN_CURVE, rise * 0.5)))
+            widest = max(
+                (
+                    _text_width(_label(x.row, self.recorded), _LABEL_FONT)
+                    for x in lane_set
+                    if x.labelled
+                ),
+                default=0.0,
+            )
+            self.straight.append(max(_MIN_STRAIGHT, widest + 2 * _LABEL_PAD))
+        self.col_x = [40.0]  # room for the initial dot
+        for c in range(len(self.by_gap)):
+            self.col_x.append(self.col_x[c] + self.col_w[c] + 2 * self.curve[c] + self.straight[c])
 
-    for row in table.rows:
-        if row.index not in chains:
-            continue
-        chain = chains[row.index]
+    def _place_boxes(self) -> None:
+        for c, names in enumerate(self.states):
+            for state in names:
+                w, h = self.size[state]
+                x = self.col_x[c] + (self.col_box[c] - w) / 2
+                self.boxes[state] = _Box(x, self.top_of[state], w, h)
+
+    # --- edges and canvas -------------------------------------------------------------------
+
+    def _loop_edges(self) -> list[_Edge]:
+        """Self-loops on each box's top, side by side, the leftmost tallest."""
+        edges: list[_Edge] = []
+        for state, rows in self.loops.items():
+            box = self.boxes[state]
+            n = len(rows)
+            for i, row in enumerate(rows):
+                a = box.x + _LOOP_INSET + i * (_LOOP_W + _LOOP_GAP)
+                b = a + _LOOP_W
+                top = box.y - _LOOP_BASE - (n - 1 - i) * _LOOP_STEP
+                p = _Path((a, box.y))
+                p.line((a, top + _LOOP_R))
+                p.parts.append(((a, top), (a + _LOOP_R, top)))
+                p.line((b - _LOOP_R, top))
+                p.parts.append(((b, top), (b, top + _LOOP_R)))
+                p.line((b, box.y))
+                edges.append(_Edge(row, p, (b + 6, top + 4), "start"))
+        return edges
+
+    def _row_edges(self) -> list[_Edge]:
+        """Every other row, through its chain of crossings, in the table's order."""
+        return [
+            self._row_edge(row, self.chains[row.index])
+            for row in self.table.rows
+            if row.index in self.chains
+        ]
+
+    def _row_edge(self, row: RowCoverage, chain: list[_Crossing]) -> _Edge:
         first = chain[0]
-        source = boxes[row.source]
+        source = self.boxes[row.source]
         if first.rightward:
             p = _Path((source.right, first.y_left))
         else:
             p = _Path((source.x, first.y_right))
         label_at = (0.0, 0.0)
         for x in chain:
-            g = x.gap
-            left_edge, right_edge = col_x[g] + col_w[g], col_x[g + 1]
-            straight_left, straight_right = left_edge + curve[g], right_edge - curve[g]
-            if x.rightward:
-                p.line((left_edge, x.y_left))
-                p.s_curve((straight_left, x.lane))
-                p.line((straight_right, x.lane))
-                p.s_curve((right_edge, x.y_right))
-            else:
-                p.line((right_edge, x.y_right))
-                p.s_curve((straight_right, x.lane))
-                p.line((straight_left, x.lane))
-                p.s_curve((left_edge, x.y_left))
+            at = self._cross(p, x)
             if x.labelled:
-                label_at = ((straight_left + straight_right) / 2, x.lane - _LABEL_LIFT)
-            # through a dummy: across its column on its line
-            far = x.right if x.rightward else x.left
-            if isinstance(far, tuple):
-                c = far[1]
-                p.line((col_x[c] + col_w[c] if x.rightward else col_x[c], top_of[far]))
-        target = boxes[row.target]
+                label_at = at
+        target = self.boxes[row.target]
         p.line((target.x if chain[-1].rightward else target.right, p.end[1]))
-        edges.append(_Edge(row, p, label_at, "middle"))
+        return _Edge(row, p, label_at, "middle")
 
-    # The canvas: everything drawn, labels included, plus a margin.
-    initial = boxes[table.initial]
-    points = [(initial.x - 32, initial.cy - 6)]
-    for box in boxes.values():
-        points += [(box.x, box.y), (box.right, box.y + box.h)]
-    for edge in edges:
-        points += edge.path.points()
-        rect = _label_rect(_label(edge.row, recorded), edge.label_at, edge.anchor)
-        points += [(rect[0], rect[1]), (rect[2], rect[3])]
-    view = (
-        min(p[0] for p in points) - _MARGIN,
-        min(p[1] for p in points) - _MARGIN,
-        max(p[0] for p in points) + _MARGIN,
-        max(p[1] for p in points) + _MARGIN,
-    )
-    return _Layout(boxes, sorted(edges, key=lambda e: e.row.index), view)
+    def _cross(self, p: _Path, x: _Crossing) -> _Point:
+        """Extend ``p`` across the gap of ``x`` (and the dummy beyond it, if any); return where
+        the label of ``x`` would sit: over the middle of its lane's straight zone."""
+        g = x.gap
+        left_edge, right_edge = self.col_x[g] + self.col_w[g], self.col_x[g + 1]
+        straight_left, straight_right = left_edge + self.curve[g], right_edge - self.curve[g]
+        if x.rightward:
+            p.line((left_edge, x.y_left))
+            p.s_curve((straight_left, x.lane))
+            p.line((straight_right, x.lane))
+            p.s_curve((right_edge, x.y_right))
+        else:
+            p.line((right_edge, x.y_right))
+            p.s_curve((straight_right, x.lane))
+            p.line((straight_left, x.lane))
+            p.s_curve((left_edge, x.y_left))
+        # through a dummy: across its column on its line
+        far = x.right if x.rightward else x.left
+        if isinstance(far, tuple):
+            c = far[1]
+            p.line(
+                (self.col_x[c] + self.col_w[c] if x.rightward else self.col_x[c], self.top_of[far])
+            )
+        return ((straight_left + straight_right) / 2, x.lane - _LABEL_LIFT)
+
+    def _view(self, edges: list[_Edge]) -> _Rect:
+        """The canvas: everything drawn, labels included, plus a margin."""
+        initial = self.boxes[self.table.initial]
+        points = [(initial.x - 32, initial.cy - 6)]
+        for box in self.boxes.values():
+            points += [(box.x, box.y), (box.right, box.y + box.h)]
+        for edge in edges:
+            points += edge.path.points()
+            rect = _label_rect(_label(edge.row, self.recorded), edge.label_at, edge.anchor)
+            points += [(rect[0], rect[1]), (rect[2], rect[3])]
+        return (
+            min(p[0] for p in points) - _MARGIN,
+            min(p[1] for p in points) - _MARGIN,
+            max(p[0] for p in points) + _MARGIN,
+            max(p[1] for p in points) + _MARGIN,
+        )
+
+
+def _layout(table: TableCoverage) -> _Layout:
+    return _Layouter(table).layout()
 
 
 def render_svg(table: TableCoverage, *, standalone: bool = False) -> str:

@@ -534,8 +534,48 @@ def build_report(
     diagnosis-harness's version and this Python, with no commit and no time.
     """
     parsed = spec
-    index = parsed.spec.index
-    buckets: dict[tuple[str, str], list[TestResult]] = {key: [] for key in index}
+    buckets, unknown = _sort_results(parsed, results, unknown_markers)
+    counts = None if coverage is None else coverage_counts(coverage)
+    tables = _report_tables(parsed, counts, tables)
+    coverage_problems = _coverage_problems(parsed, counts, tables)
+    machine_coverage = tuple(
+        table_coverage(t, None if counts is None else counts.get(t.name)) for t in tables
+    )
+    rows_by_requirement: dict[str, list[tuple[str, RowCoverage]]] = {}
+    for machine in machine_coverage:
+        for row in machine.rows:
+            rows_by_requirement.setdefault(row.requirement, []).append((machine.name, row))
+    tally = _Tally()
+    requirement_reports = tuple(
+        tally.requirement(
+            requirement,
+            buckets,
+            parsed.spec.index,
+            tuple(rows_by_requirement.get(requirement.name, ())),
+        )
+        for requirement in parsed.spec.requirements
+    )
+    return ConformanceReport(
+        parsed=parsed,
+        requirements=requirement_reports,
+        unknown=tuple(unknown),
+        coverage=machine_coverage,
+        coverage_problems=coverage_problems,
+        summary=tally.summary(parsed, len(requirement_reports), len(unknown)),
+        identity=(
+            Identity(version=__version__, python=platform.python_version())
+            if identity is None
+            else identity
+        ),
+    )
+
+
+def _sort_results(
+    parsed: ParsedSpec, results: Iterable[TestResult], unknown_markers: Iterable[UnknownMarker]
+) -> tuple[dict[tuple[str, str], list[TestResult]], list[UnknownMarker]]:
+    """``results`` by the (requirement, scenario) they name; those naming no scenario of the
+    spec become unknown markers (after ``unknown_markers``), each with its "did you mean"."""
+    buckets: dict[tuple[str, str], list[TestResult]] = {key: [] for key in parsed.spec.index}
     unknown = list(unknown_markers)
     hints: dict[tuple[str, str], str | None] = {}
     for result in results:
@@ -556,110 +596,113 @@ def build_report(
                 outcome=result.outcome,
             )
         )
+    return buckets, unknown
 
-    counts = None if coverage is None else coverage_counts(coverage)
-    if tables is None:
-        # The harness's own tables belong in a report of a spec their rows serve, or whose tests
-        # recorded their coverage; not in the report of a user's own spec, where every row would
-        # be listed as a coverage problem.
-        tables = tuple(
-            table
-            for table in default_tables()
-            if (counts is not None and table.name in counts)
-            or any(row.requirement in parsed.spec.by_name for row in table.rows)
-        )
-    else:
-        tables = tuple(tables)
-    coverage_problems = _coverage_problems(parsed, counts, tables)
-    machine_coverage = tuple(
-        table_coverage(t, None if counts is None else counts.get(t.name)) for t in tables
+
+def _report_tables(
+    parsed: ParsedSpec,
+    counts: Mapping[str, Mapping[int, int]] | None,
+    tables: Sequence[MachineTable[Any, Any]] | None,
+) -> tuple[MachineTable[Any, Any], ...]:
+    """``tables``, or by default the harness's own tables that belong in this report."""
+    if tables is not None:
+        return tuple(tables)
+    # The harness's own tables belong in a report of a spec their rows serve, or whose tests
+    # recorded their coverage; not in the report of a user's own spec, where every row would
+    # be listed as a coverage problem.
+    return tuple(
+        table
+        for table in default_tables()
+        if (counts is not None and table.name in counts)
+        or any(row.requirement in parsed.spec.by_name for row in table.rows)
     )
-    rows_by_requirement: dict[str, list[tuple[str, RowCoverage]]] = {}
-    for machine in machine_coverage:
-        for row in machine.rows:
-            rows_by_requirement.setdefault(row.requirement, []).append((machine.name, row))
 
-    requirement_reports: list[RequirementReport] = []
-    by_outcome: dict[Outcome, int] = dict.fromkeys(OUTCOMES, 0)
-    requirements_by_outcome: dict[Outcome, int] = dict.fromkeys(OUTCOMES, 0)
-    credits_by_outcome: dict[TestOutcome, int] = dict.fromkeys(TEST_OUTCOMES, 0)
-    example_tested: dict[TestOutcome, int] = dict.fromkeys(TEST_OUTCOMES, 0)
-    model_checked: dict[TestOutcome, int] = dict.fromkeys(TEST_OUTCOMES, 0)
-    tests: dict[str, TestResult] = {}  # node ID -> one of its results (all share the outcome)
-    for requirement in parsed.spec.requirements:
+
+@final
+class _Tally:
+    """The counts of a report's summary, added to as each requirement and scenario is judged.
+
+    Invariant: each scenario is counted once (:meth:`scenario`), each requirement once
+    (:meth:`requirement`), and :meth:`summary` is read after the last of them.
+    """
+
+    def __init__(self) -> None:
+        self.scenarios: dict[Outcome, int] = dict.fromkeys(OUTCOMES, 0)
+        self.requirements: dict[Outcome, int] = dict.fromkeys(OUTCOMES, 0)
+        self.credits: dict[TestOutcome, int] = dict.fromkeys(TEST_OUTCOMES, 0)
+        self.example_tested: dict[TestOutcome, int] = dict.fromkeys(TEST_OUTCOMES, 0)
+        self.model_checked: dict[TestOutcome, int] = dict.fromkeys(TEST_OUTCOMES, 0)
+        self.tests: dict[str, TestResult] = {}  # node ID -> one of its results (one outcome)
+
+    def requirement(
+        self,
+        requirement: Requirement,
+        buckets: Mapping[tuple[str, str], list[TestResult]],
+        index: Mapping[tuple[str, str], Scenario],
+        rows: tuple[tuple[str, RowCoverage], ...],
+    ) -> RequirementReport:
+        """Judge ``requirement`` by its scenarios: its outcome is the worst of theirs."""
         scenario_reports: list[ScenarioReport] = []
         worst: Outcome = "passed"
         for scenario in requirement.scenarios:
             results_of = buckets[requirement.name, scenario.name]
             if index[requirement.name, scenario.name] is not scenario:
                 results_of = []  # a duplicate name: its tests went to the first one
-            examples: set[TestOutcome] = set()
-            checks: set[TestOutcome] = set()
-            for test in results_of:
-                (checks if test.model_check else examples).add(test.outcome)
-                credits_by_outcome[test.outcome] += 1
-                tests.setdefault(test.nodeid, test)
-            report = ScenarioReport(
-                scenario=scenario,
-                tests=tuple(results_of),
-                outcome=fold_outcomes(examples | checks),
-                tested_outcome=fold_outcomes(examples),
-                model_checked_outcome=fold_outcomes(checks),
-            )
+            report = self.scenario(scenario, results_of)
             scenario_reports.append(report)
-            by_outcome[report.outcome] += 1
-            if report.tested_outcome != "uncovered":
-                example_tested[report.tested_outcome] += 1
-            if report.model_checked_outcome != "uncovered":
-                model_checked[report.model_checked_outcome] += 1
             if _SEVERITY[report.outcome] > _SEVERITY[worst]:
                 worst = report.outcome
         if not scenario_reports:
             worst = "uncovered"
-        requirements_by_outcome[worst] += 1
-        requirement_reports.append(
-            RequirementReport(
-                requirement=requirement,
-                scenarios=tuple(scenario_reports),
-                outcome=worst,
-                rows=tuple(rows_by_requirement.get(requirement.name, ())),
-            )
+        self.requirements[worst] += 1
+        return RequirementReport(
+            requirement=requirement, scenarios=tuple(scenario_reports), outcome=worst, rows=rows
         )
 
-    tests_by_outcome: dict[TestOutcome, int] = dict.fromkeys(TEST_OUTCOMES, 0)
-    for test in tests.values():
-        tests_by_outcome[test.outcome] += 1
-    levels = [p.level for p in parsed.problems]
-    summary = ReportSummary(
-        requirements=len(requirement_reports),
-        requirements_by_outcome=requirements_by_outcome,
-        scenarios=sum(by_outcome.values()),
-        scenarios_by_outcome=by_outcome,
-        example_tested=example_tested,
-        model_checked=model_checked,
-        tests=len(tests),
-        tests_by_outcome=tests_by_outcome,
-        model_check_tests=sum(test.model_check for test in tests.values()),
-        credits=sum(credits_by_outcome.values()),
-        credits_by_outcome=credits_by_outcome,
-        unknown=len(unknown),
-        errors=levels.count("ERROR"),
-        warnings=levels.count("WARNING"),
-        info=levels.count("INFO"),
-    )
-    return ConformanceReport(
-        parsed=parsed,
-        requirements=tuple(requirement_reports),
-        unknown=tuple(unknown),
-        coverage=machine_coverage,
-        coverage_problems=coverage_problems,
-        summary=summary,
-        identity=(
-            Identity(version=__version__, python=platform.python_version())
-            if identity is None
-            else identity
-        ),
-    )
+    def scenario(self, scenario: Scenario, results_of: list[TestResult]) -> ScenarioReport:
+        """Judge ``scenario`` by its tests, examples and model checks apart and together."""
+        examples: set[TestOutcome] = set()
+        checks: set[TestOutcome] = set()
+        for test in results_of:
+            (checks if test.model_check else examples).add(test.outcome)
+            self.credits[test.outcome] += 1
+            self.tests.setdefault(test.nodeid, test)
+        report = ScenarioReport(
+            scenario=scenario,
+            tests=tuple(results_of),
+            outcome=fold_outcomes(examples | checks),
+            tested_outcome=fold_outcomes(examples),
+            model_checked_outcome=fold_outcomes(checks),
+        )
+        self.scenarios[report.outcome] += 1
+        if report.tested_outcome != "uncovered":
+            self.example_tested[report.tested_outcome] += 1
+        if report.model_checked_outcome != "uncovered":
+            self.model_checked[report.model_checked_outcome] += 1
+        return report
+
+    def summary(self, parsed: ParsedSpec, requirements: int, unknown: int) -> ReportSummary:
+        tests_by_outcome: dict[TestOutcome, int] = dict.fromkeys(TEST_OUTCOMES, 0)
+        for test in self.tests.values():
+            tests_by_outcome[test.outcome] += 1
+        levels = [p.level for p in parsed.problems]
+        return ReportSummary(
+            requirements=requirements,
+            requirements_by_outcome=self.requirements,
+            scenarios=sum(self.scenarios.values()),
+            scenarios_by_outcome=self.scenarios,
+            example_tested=self.example_tested,
+            model_checked=self.model_checked,
+            tests=len(self.tests),
+            tests_by_outcome=tests_by_outcome,
+            model_check_tests=sum(test.model_check for test in self.tests.values()),
+            credits=sum(self.credits.values()),
+            credits_by_outcome=self.credits,
+            unknown=unknown,
+            errors=levels.count("ERROR"),
+            warnings=levels.count("WARNING"),
+            info=levels.count("INFO"),
+        )
 
 
 def _coverage_problems(

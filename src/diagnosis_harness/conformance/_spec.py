@@ -356,127 +356,170 @@ def _fence_mask(lines: list[str]) -> list[bool]:
     return mask
 
 
-def _read_markdown(lines: list[str], draft: _Draft) -> None:
-    mask = _fence_mask(lines)
-    section: str | None = None  # the current level-2 section's title, lowercased
-    requirement: _DraftRequirement | None = None
-    scenario: _DraftScenario | None = None
-    for number, line in enumerate(lines, 1):
-        if mask[number - 1]:
-            if requirement is not None and scenario is None:
-                requirement.body.append(line)
-            elif scenario is not None:
-                scenario.has_content = True
-            elif section == "purpose" and draft.purpose is not None:
-                draft.purpose.append(line)
-            continue
-        heading = _HEADING.match(line)
-        if heading is None:
-            stripped = line.strip()
-            if scenario is not None:
-                if not stripped:
-                    continue
-                scenario.has_content = True
-                step = _MD_STEP.match(line)
-                if step:
-                    scenario.steps.append(
-                        Step(
-                            keyword=_KEYWORDS[step.group(1)],
-                            text=step.group(2).strip(),
-                            line=number,
-                        )
-                    )
-                else:
-                    draft.problem(
-                        "ERROR",
-                        "stray-line",
-                        "Scenario line is not a '- **WHEN|THEN|AND|GIVEN** ...' step: "
-                        f"{stripped!r}",
-                        number,
-                    )
-            elif requirement is not None:
-                requirement.body.append(line)
-            elif section == "purpose" and draft.purpose is not None:
-                draft.purpose.append(line)
-            continue
+@final
+class _MarkdownReader:
+    """Reads OpenSpec markdown into a :class:`_Draft`, one line at a time.
 
-        level, title = len(heading.group(1)), heading.group(2).strip()
-        if level == 1:
-            if draft.title is None:
-                draft.title = _TITLE_SUFFIX.sub("", title).strip() or None
-            section, requirement, scenario = None, None, None
-            continue
-        if level == 2:
-            requirement, scenario = None, None
-            if _DELTA_HEADER.match(line):
-                draft.problem(
-                    "ERROR",
-                    "delta-header",
-                    f'Main spec contains delta header "{line.strip()}". Delta headers are only '
-                    "valid inside openspec/changes/<name>/specs/<capability>/spec.md and "
-                    "truncate the parsed ## Requirements section.",
-                    number,
-                )
-            lowered = title.lower()
-            if lowered == "purpose" and draft.purpose is None:
-                section = "purpose"
-                draft.purpose, draft.purpose_line = [], number
-            elif lowered == "requirements" and not draft.has_requirements_section:
-                section = "requirements"
-                draft.has_requirements_section, draft.requirements_line = True, number
+    Its state is where the reader is: the level-2 ``section`` (lowercased title, ``None``
+    before the first or after a level-1 heading), the ``requirement`` being read and the
+    ``scenario`` being read. Invariant: a ``scenario`` is only ever set inside the current
+    ``requirement``, and both are ``None`` outside ``## Requirements``. Every problem is
+    recorded on the draft in line order.
+    """
+
+    def __init__(self, draft: _Draft) -> None:
+        self.draft = draft
+        self.section: str | None = None
+        self.requirement: _DraftRequirement | None = None
+        self.scenario: _DraftScenario | None = None
+
+    def read(self, lines: list[str]) -> None:
+        mask = _fence_mask(lines)
+        for number, line in enumerate(lines, 1):
+            if mask[number - 1]:
+                self._fenced(line)
+                continue
+            heading = _HEADING.match(line)
+            if heading is None:
+                self._text(line, number)
             else:
-                section = lowered
-            continue
-        if section != "requirements":
-            if level == 3 and title.startswith("Requirement:"):
-                draft.problem(
-                    "ERROR",
-                    "requirement-outside-requirements",
-                    f'Requirement header "{line.strip()}" appears outside the main '
-                    "## Requirements section. Main specs only parse requirements inside that "
-                    "section, so this requirement is currently invisible to validate, list, "
-                    "and archive.",
-                    number,
-                )
-            elif section == "purpose" and draft.purpose is not None:
-                draft.purpose.append(line)
-            continue
-        if level == 3:
-            scenario = None
-            if not title.startswith("Requirement:"):
-                draft.problem(
-                    "ERROR",
-                    "stray-heading",
-                    f"Level-3 heading is not '### Requirement: ...': {line.strip()!r}",
-                    number,
-                )
-            name = title.removeprefix("Requirement:").strip()
-            requirement = _DraftRequirement(
-                name=name,
-                line=number,
-                header=line.strip(),
-                stray=not title.startswith("Requirement:"),
-            )
-            draft.requirements.append(requirement)
-        elif level == 4 and requirement is not None:
-            if not title.startswith("Scenario:"):
-                draft.problem(
-                    "ERROR",
-                    "stray-heading",
-                    f"Level-4 heading is not '#### Scenario: ...': {line.strip()!r}",
-                    number,
-                )
-            name = title.removeprefix("Scenario:").strip()
-            scenario = _DraftScenario(name=name, line=number, header=line.strip())
-            requirement.scenarios.append(scenario)
+                self._heading(len(heading.group(1)), heading.group(2).strip(), line, number)
+
+    def _purpose(self, line: str) -> None:
+        """Keep ``line`` as part of the Purpose section's text, if that is where we are."""
+        if self.section == "purpose" and self.draft.purpose is not None:
+            self.draft.purpose.append(line)
+
+    def _fenced(self, line: str) -> None:
+        """A line of a fenced code block: text of its requirement, scenario or purpose."""
+        if self.requirement is not None and self.scenario is None:
+            self.requirement.body.append(line)
+        elif self.scenario is not None:
+            self.scenario.has_content = True
         else:
-            scenario = None if level <= 4 else scenario
-            draft.problem(
+            self._purpose(line)
+
+    def _text(self, line: str, number: int) -> None:
+        if self.scenario is not None:
+            self._scenario_line(self.scenario, line, number)
+        elif self.requirement is not None:
+            self.requirement.body.append(line)
+        else:
+            self._purpose(line)
+
+    def _scenario_line(self, scenario: _DraftScenario, line: str, number: int) -> None:
+        """A step of ``scenario``; any other non-blank line is a problem."""
+        stripped = line.strip()
+        if not stripped:
+            return
+        scenario.has_content = True
+        step = _MD_STEP.match(line)
+        if step:
+            scenario.steps.append(
+                Step(keyword=_KEYWORDS[step.group(1)], text=step.group(2).strip(), line=number)
+            )
+        else:
+            self.draft.problem(
+                "ERROR",
+                "stray-line",
+                f"Scenario line is not a '- **WHEN|THEN|AND|GIVEN** ...' step: {stripped!r}",
+                number,
+            )
+
+    def _heading(self, level: int, title: str, line: str, number: int) -> None:
+        if level == 1:
+            self._title(title)
+        elif level == 2:
+            self._section(title, line, number)
+        elif self.section != "requirements":
+            self._outside_requirements(level, title, line, number)
+        elif level == 3:
+            self._requirement(title, line, number)
+        elif level == 4 and self.requirement is not None:
+            self._scenario(self.requirement, title, line, number)
+        else:
+            self.scenario = None if level <= 4 else self.scenario
+            self.draft.problem(
                 "ERROR",
                 "stray-heading",
                 f"Unexpected heading inside Requirements: {line.strip()!r}",
                 number,
             )
+
+    def _title(self, title: str) -> None:
+        if self.draft.title is None:
+            self.draft.title = _TITLE_SUFFIX.sub("", title).strip() or None
+        self.section, self.requirement, self.scenario = None, None, None
+
+    def _section(self, title: str, line: str, number: int) -> None:
+        draft = self.draft
+        self.requirement, self.scenario = None, None
+        if _DELTA_HEADER.match(line):
+            draft.problem(
+                "ERROR",
+                "delta-header",
+                f'Main spec contains delta header "{line.strip()}". Delta headers are only '
+                "valid inside openspec/changes/<name>/specs/<capability>/spec.md and "
+                "truncate the parsed ## Requirements section.",
+                number,
+            )
+        lowered = title.lower()
+        if lowered == "purpose" and draft.purpose is None:
+            self.section = "purpose"
+            draft.purpose, draft.purpose_line = [], number
+        elif lowered == "requirements" and not draft.has_requirements_section:
+            self.section = "requirements"
+            draft.has_requirements_section, draft.requirements_line = True, number
+        else:
+            self.section = lowered
+
+    def _outside_requirements(self, level: int, title: str, line: str, number: int) -> None:
+        """A heading below level 2 outside ``## Requirements``: a requirement is lost there."""
+        if level == 3 and title.startswith("Requirement:"):
+            self.draft.problem(
+                "ERROR",
+                "requirement-outside-requirements",
+                f'Requirement header "{line.strip()}" appears outside the main '
+                "## Requirements section. Main specs only parse requirements inside that "
+                "section, so this requirement is currently invisible to validate, list, "
+                "and archive.",
+                number,
+            )
+        else:
+            self._purpose(line)
+
+    def _requirement(self, title: str, line: str, number: int) -> None:
+        self.scenario = None
+        if not title.startswith("Requirement:"):
+            self.draft.problem(
+                "ERROR",
+                "stray-heading",
+                f"Level-3 heading is not '### Requirement: ...': {line.strip()!r}",
+                number,
+            )
+        self.requirement = _DraftRequirement(
+            name=title.removeprefix("Requirement:").strip(),
+            line=number,
+            header=line.strip(),
+            stray=not title.startswith("Requirement:"),
+        )
+        self.draft.requirements.append(self.requirement)
+
+    def _scenario(self, requirement: _DraftRequirement, title: str, line: str, number: int) -> None:
+        if not title.startswith("Scenario:"):
+            self.draft.problem(
+                "ERROR",
+                "stray-heading",
+                f"Level-4 heading is not '#### Scenario: ...': {line.strip()!r}",
+                number,
+            )
+        name = title.removeprefix("Scenario:").strip()
+        self.scenario = _DraftScenario(name=name, line=number, header=line.strip())
+        requirement.scenarios.append(self.scenario)
+
+
+def _read_markdown(lines: list[str], draft: _Draft) -> None:
+    _MarkdownReader(draft).read(lines)
 
 
 # --- checking and freezing -----------------------------------------------------------------------
