@@ -1,16 +1,20 @@
-"""One governed model call, for any SDK: the engine under the openai and anthropic wrappers.
+"""The governed openai and anthropic clients' calls, sync and async, over one :class:`ModelCall`.
 
 A governed call is one execution of :class:`~diagnosis_harness.HarnessRetryExecutor` under the
-wrapper's policy; the executor gates every attempt and records it. Each attempt:
+wrapper's policy; the executor gates every attempt and records it. Each attempt's steps are the
+wrapper's :class:`~._model_call.ModelCall`'s, the same for every adapter:
 
-1. reserves one Model call (``ctx.reserve_model_call()``: the gate and the reservation in one
-   decision) -- a refusal reserves nothing and sends nothing;
-2. sends one request (the SDK's retries are off) whose timeout is the client's own, each part cut
+1. reserve one Model call (the gate and the reservation in one decision) -- a refusal reserves
+   nothing and sends nothing;
+2. send one request (the SDK's retries are off) whose timeout is the client's own, each part cut
    to the time the run's clock has left before the deadline;
-3. records the response's actual token usage on the run (a streamed one when the stream reports
-   it, at its end);
-4. on a failure, asks the gate again, so that a run that ended meanwhile (cancelled, or past its
+3. record the response's actual token usage on the attempt's reservation, once (a streamed one
+   at its end, also when cut);
+4. on a failure, ask the gate again, so that a run that ended meanwhile (cancelled, or past its
    deadline) ends the call with its ``RunTerminated`` rather than the SDK's error.
+
+What this module adds is how each world waits for the SDK: the decisions above are not repeated
+in it.
 
 Cancellation and the deadline are prompt in both worlds. In asyncio every await of the SDK runs
 in ``ctx.scope()``, so a cancellation of the run, or its deadline, cancels the request itself. A
