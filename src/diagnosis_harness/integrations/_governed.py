@@ -86,11 +86,9 @@ class GovernedCall:
     name: str
     chat: Chat
 
-    def begin(self) -> tuple[ModelReservation, object]:
-        """Reserve the attempt's Model call (a refusal sends nothing); its reservation and
-        timeout."""
-        reservation = self.model_call.reserve(self.name)
-        return reservation, self.model_call.timeout(self.client_timeout)
+    def timeout(self) -> object:
+        """The attempt's ``timeout=``: the client's, cut to the time the run has left."""
+        return self.model_call.timeout(self.client_timeout)
 
 
 # -- sync: a worker thread and a relay the run's cancellation wakes -----------------------------
@@ -249,25 +247,26 @@ def call(prepared: GovernedCall, usage_of: Callable[[R], TokenUsage | None]) -> 
     model_call = prepared.model_call
 
     def attempt() -> R:
-        reservation, timeout = prepared.begin()
+        with model_call.attempt(prepared.name) as reservation:
+            timeout = prepared.timeout()
 
-        def work(relay: _Relay) -> None:
+            def work(relay: _Relay) -> None:
+                try:
+                    response = prepared.send(timeout)
+                    usage = reservation.reported(response, usage_of)
+                except Exception as error:  # handed to the caller, which raises it
+                    relay.put(_Failed(error))
+                else:
+                    relay.put(_RECORDING)  # the call is answered: a cancellation is too late
+                    reservation.record(usage)  # by the worker: it counts if the caller left
+                    relay.put(response)
+                relay.put(_END)
+
+            relay = _Relay(model_call.ctx, work, prepared.name)
             try:
-                response = prepared.send(timeout)
-                usage = reservation.reported(response, usage_of)
-            except Exception as error:  # handed to the caller, which raises it
-                relay.put(_Failed(error))
-            else:
-                relay.put(_RECORDING)  # the call is answered: a cancellation now is too late
-                reservation.record(usage)  # by the worker: the tokens count if the caller left
-                relay.put(response)
-            relay.put(_END)
-
-        relay = _Relay(model_call.ctx, work, prepared.name)
-        try:
-            return cast("R", _answered(model_call, relay))  # the worker's other item: the answer
-        finally:
-            relay.stop()  # one item is all the caller takes
+                return cast("R", _answered(model_call, relay))  # the worker's other item
+            finally:
+                relay.stop()  # one item is all the caller takes
 
     return model_call.execute(attempt, replace(prepared.chat, usage_of=usage_of))
 
@@ -349,22 +348,23 @@ def open_stream(prepared: GovernedCall, meter: Callable[[], UsageMeter[C]]) -> G
     model_call = prepared.model_call
 
     def attempt() -> GovernedStream[C]:
-        reservation, timeout = prepared.begin()
+        with model_call.attempt(prepared.name) as reservation:
+            timeout = prepared.timeout()
 
-        def work(relay: _Relay) -> None:
-            try:
-                stream = prepared.send(timeout)
-            except Exception as error:
-                relay.put(_Failed(error))
-                relay.put(_END)
-                return
-            relay.put(_OPENED)
-            relay.hold(stream.close)
-            _pump(stream, meter(), relay, reservation)
+            def work(relay: _Relay) -> None:
+                try:
+                    stream = prepared.send(timeout)
+                except Exception as error:
+                    relay.put(_Failed(error))
+                    relay.put(_END)
+                    return
+                relay.put(_OPENED)
+                relay.hold(stream.close)
+                _pump(stream, meter(), relay, reservation)
 
-        relay = _Relay(model_call.ctx, work, prepared.name)
-        _answered(model_call, relay)  # _OPENED: the chunks follow, on the same relay
-        return GovernedStream(model_call, relay, reservation)
+            relay = _Relay(model_call.ctx, work, prepared.name)
+            _answered(model_call, relay)  # _OPENED: the chunks follow, on the same relay
+            return GovernedStream(model_call, relay, reservation)
 
     return model_call.execute(attempt, prepared.chat)
 
@@ -403,9 +403,10 @@ async def call_async(prepared: GovernedCall, usage_of: Callable[[R], TokenUsage 
     model_call = prepared.model_call
 
     async def attempt() -> R:
-        reservation, timeout = prepared.begin()
-        response: R = await model_call.request_async(lambda: prepared.send(timeout))
-        return reservation.record_response(response, usage_of)
+        with model_call.attempt(prepared.name) as reservation:
+            timeout = prepared.timeout()
+            response: R = await model_call.request_async(lambda: prepared.send(timeout))
+            return reservation.record_response(response, usage_of)
 
     return await model_call.execute_async(attempt, replace(prepared.chat, usage_of=usage_of))
 
@@ -493,8 +494,9 @@ async def open_stream_async(
     model_call = prepared.model_call
 
     async def attempt() -> AsyncGovernedStream[C]:
-        reservation, timeout = prepared.begin()
-        stream = await model_call.request_async(lambda: prepared.send(timeout))
-        return AsyncGovernedStream(model_call, stream, meter(), reservation)
+        with model_call.attempt(prepared.name) as reservation:
+            timeout = prepared.timeout()
+            stream = await model_call.request_async(lambda: prepared.send(timeout))
+            return AsyncGovernedStream(model_call, stream, meter(), reservation)
 
     return await model_call.execute_async(attempt, prepared.chat)

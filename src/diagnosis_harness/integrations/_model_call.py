@@ -6,8 +6,9 @@ model -- sends its requests through one ``ModelCall``, and only translates its S
 
 1. the arguments: the run (``ctx``), the retry policy, the executor, checked when the adapter is
    built (:func:`checked_ctx`, :func:`policy_of`, :func:`executor_of`);
-2. the reservation (:meth:`ModelCall.reserve`): the gate and one Model call in one decision -- a
-   refusal reserves nothing and the request is never sent. It returns the attempt's
+2. the reservation (:meth:`ModelCall.attempt`, around the attempt's request; or
+   :meth:`ModelCall.reserve`): the gate and one Model call in one decision -- a refusal reserves
+   nothing and the request is never sent. It gives the attempt's
    :class:`ModelReservation`, on which the response's usage is recorded exactly once
    (:meth:`ModelReservation.record`, or :meth:`ModelReservation.end_stream` for a stream, also
    when the stream was cut by a cancellation or the deadline: the tokens received were spent);
@@ -21,12 +22,14 @@ model -- sends its requests through one ``ModelCall``, and only translates its S
 
 A money budget (a hold placed before each call, settled by its actual usage after it) is one
 change here: the hold in :meth:`ModelCall.reserve`, its settlement in
-:meth:`ModelReservation._settle`, through which every record goes.
+:meth:`ModelReservation._settle`, through which every record goes, and its release when the
+attempt failed unsettled in :meth:`ModelReservation._release`.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, final
 
@@ -37,7 +40,7 @@ from .._retry import HarnessRetryExecutor
 from .._retry_policy import RetryPolicy
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Iterator
 
     from .._retry import Classifier
     from ._chat import ChatResponse, Server
@@ -251,6 +254,15 @@ class ModelReservation:
             raise UsageNotReported(f"{self._name}: the stream ended without token usage")
         return known
 
+    def _release(self) -> None:
+        """The attempt failed (:meth:`ModelCall.attempt`): give back what is held, if unsettled.
+
+        Nothing is held today beyond the Model call, which the failed attempt spent (a retry
+        reserves anew). A money hold placed by :meth:`ModelCall.reserve` is released here; a
+        sync worker whose answer arrives after its caller left still settles it (:meth:`_settle`
+        may follow this), so such a hold needs a lock shared by the two.
+        """
+
     def _settle(self, usage: TokenUsage | None) -> None:
         if self._settled:
             raise RuntimeError(f"{self._name}: the usage of one Model call was recorded twice")
@@ -336,6 +348,23 @@ class ModelCall:
         """
         self._ctx.reserve_model_call()
         return ModelReservation(self, name)
+
+    @contextmanager
+    def attempt(self, name: str = "model call") -> Iterator[ModelReservation]:
+        """One attempt's reservation (:meth:`reserve`), around the block that sends its request.
+
+        The block records the usage on the reservation it is given -- or hands it to a stream,
+        which records it at its end. A block that fails leaves the reservation to
+        :meth:`ModelReservation._release`: whatever the reservation holds beyond the Model call
+        (which a failed attempt spent) is given back there, unless a late answer settles it.
+        Every adapter's attempt goes through here, in both loops: a ``with`` serves either.
+        """
+        reservation = self.reserve(name)
+        try:
+            yield reservation
+        except BaseException:
+            reservation._release()  # noqa: SLF001 - the reservation's owner, in its module
+            raise
 
     def timeout(self, client_timeout: object) -> object:
         """The request's ``timeout=``: the client's (or ``request_timeout``), cut to the deadline.

@@ -227,9 +227,9 @@ class _GovernedAgentsModel(Model):
             )
 
         async def attempt() -> ModelResponse:
-            reservation = model_call.reserve(_CALL_NAME)
-            response = await model_call.request_async(send)
-            return reservation.record_response(response, _usage_of)
+            with model_call.attempt(_CALL_NAME) as reservation:
+                response = await model_call.request_async(send)
+                return reservation.record_response(response, _usage_of)
 
         chat = Chat(_model_name(self._inner), usage_of=_usage_of, response_of=_response_of)
         response = await model_call.execute_async(attempt, chat)
@@ -265,24 +265,24 @@ class _GovernedAgentsModel(Model):
 
         async def attempt() -> TResponseStreamEvent:
             nonlocal events, reservation
-            reservation = model_call.reserve(_CALL_NAME)
-            events = opened = self._inner.stream_response(
-                system_instructions,
-                input,
-                model_settings,
-                tools,
-                output_schema,
-                handoffs,
-                tracing,
-                previous_response_id=previous_response_id,
-                conversation_id=conversation_id,
-                prompt=prompt,
-            )
-            try:
-                return await model_call.request_async(lambda: anext(opened))
-            except BaseException:
-                await _close(opened)  # a failed attempt's stream is done with; a retry opens anew
-                raise
+            with model_call.attempt(_CALL_NAME) as reservation:
+                events = opened = self._inner.stream_response(
+                    system_instructions,
+                    input,
+                    model_settings,
+                    tools,
+                    output_schema,
+                    handoffs,
+                    tracing,
+                    previous_response_id=previous_response_id,
+                    conversation_id=conversation_id,
+                    prompt=prompt,
+                )
+                try:
+                    return await model_call.request_async(lambda: anext(opened))
+                except BaseException:
+                    await _close(opened)  # a failed attempt's stream is done; a retry opens anew
+                    raise
 
         event: TResponseStreamEvent | None = await model_call.execute_async(
             attempt, Chat(_model_name(self._inner))

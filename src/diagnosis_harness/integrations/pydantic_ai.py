@@ -297,9 +297,11 @@ class _GovernedAttemptModel(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
-        reservation = self._model_call.reserve(_CALL_NAME)
-        response = await self.wrapped.request(messages, model_settings, model_request_parameters)
-        reservation.record(_token_usage(response.usage))
+        with self._model_call.attempt(_CALL_NAME) as reservation:
+            response = await self.wrapped.request(
+                messages, model_settings, model_request_parameters
+            )
+            reservation.record(_token_usage(response.usage))
         self._check_tool_calls(response, model_request_parameters)
         return response
 
@@ -311,15 +313,15 @@ class _GovernedAttemptModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
         run_context: AgentRunContext[Any] | None = None,
     ) -> AsyncIterator[StreamedResponse]:
-        reservation = self._model_call.reserve(_CALL_NAME)
-        async with self.wrapped.request_stream(
-            messages, model_settings, model_request_parameters, run_context
-        ) as stream:
-            try:
-                yield stream
-            finally:  # what the stream received so far: also when cut, or its consumer left
-                reservation.record(_token_usage(stream.usage))
-            self._check_tool_calls(stream.get(), model_request_parameters)
+        with self._model_call.attempt(_CALL_NAME) as reservation:
+            async with self.wrapped.request_stream(
+                messages, model_settings, model_request_parameters, run_context
+            ) as stream:
+                try:
+                    yield stream
+                finally:  # what the stream received so far: also when cut, or its consumer left
+                    reservation.record(_token_usage(stream.usage))
+                self._check_tool_calls(stream.get(), model_request_parameters)
 
     def _check_tool_calls(
         self, response: ModelResponse, parameters: ModelRequestParameters
