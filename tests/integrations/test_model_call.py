@@ -369,3 +369,15 @@ def test_bad_arguments_are_refused_before_anything() -> None:
         ModelCall(ctx, policy="tool_call", request_timeout=0)
     assert ModelCall(ctx, policy=RetryPolicy("mine", 1)).policy.name == "mine"
     assert ctx.budget.snapshot().model_calls == 0
+
+
+def test_a_failed_attempt_spent_its_model_call_and_recorded_no_usage() -> None:
+    ctx = _run()
+    model_call = _model_call(ctx)
+    with pytest.raises(Flaky), model_call.reserve(NAME) as reservation:
+        raise Flaky("503")
+    assert (reservation.settled, reservation.usage) == (False, None)
+    snapshot = ctx.budget.snapshot()
+    assert (snapshot.model_calls, snapshot.input_tokens) == (1, 0)
+    reservation.record(TokenUsage(7, 3))  # a late answer (a sync worker's) still counts
+    assert ctx.budget.snapshot().input_tokens == 7

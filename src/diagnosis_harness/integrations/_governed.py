@@ -247,7 +247,7 @@ def call(prepared: GovernedCall, usage_of: Callable[[R], TokenUsage | None]) -> 
     model_call = prepared.model_call
 
     def attempt() -> R:
-        with model_call.attempt(prepared.name) as reservation:
+        with model_call.reserve(prepared.name) as reservation:
             timeout = prepared.timeout()
 
             def work(relay: _Relay) -> None:
@@ -348,7 +348,7 @@ def open_stream(prepared: GovernedCall, meter: Callable[[], UsageMeter[C]]) -> G
     model_call = prepared.model_call
 
     def attempt() -> GovernedStream[C]:
-        with model_call.attempt(prepared.name) as reservation:
+        with model_call.reserve(prepared.name) as reservation:
             timeout = prepared.timeout()
 
             def work(relay: _Relay) -> None:
@@ -403,7 +403,7 @@ async def call_async(prepared: GovernedCall, usage_of: Callable[[R], TokenUsage 
     model_call = prepared.model_call
 
     async def attempt() -> R:
-        with model_call.attempt(prepared.name) as reservation:
+        with model_call.reserve(prepared.name) as reservation:
             timeout = prepared.timeout()
             response: R = await model_call.request_async(lambda: prepared.send(timeout))
             return reservation.record_response(response, usage_of)
@@ -494,7 +494,7 @@ async def open_stream_async(
     model_call = prepared.model_call
 
     async def attempt() -> AsyncGovernedStream[C]:
-        with model_call.attempt(prepared.name) as reservation:
+        with model_call.reserve(prepared.name) as reservation:
             timeout = prepared.timeout()
             stream = await model_call.request_async(lambda: prepared.send(timeout))
             return AsyncGovernedStream(model_call, stream, meter(), reservation)

@@ -6,9 +6,9 @@ model -- sends its requests through one ``ModelCall``, and only translates its S
 
 1. the arguments: the run (``ctx``), the retry policy, the executor, checked when the adapter is
    built (:func:`checked_ctx`, :func:`policy_of`, :func:`executor_of`);
-2. the reservation (:meth:`ModelCall.attempt`, around the attempt's request; or
-   :meth:`ModelCall.reserve`): the gate and one Model call in one decision -- a refusal reserves
-   nothing and the request is never sent. It gives the attempt's
+2. the reservation (:meth:`ModelCall.reserve`, held around the attempt's request): the gate and
+   one Model call in one decision -- a refusal reserves nothing and the request is never sent.
+   It gives the attempt's
    :class:`ModelReservation`, on which the response's usage is recorded exactly once
    (:meth:`ModelReservation.record`, or :meth:`ModelReservation.end_stream` for a stream, also
    when the stream was cut by a cancellation or the deadline: the tokens received were spent);
@@ -29,7 +29,6 @@ attempt failed unsettled in :meth:`ModelReservation._release`.
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, final
 
@@ -40,7 +39,8 @@ from .._retry import HarnessRetryExecutor
 from .._retry_policy import RetryPolicy
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterator
+    from collections.abc import Awaitable, Callable
+    from types import TracebackType
 
     from .._retry import Classifier
     from ._chat import ChatResponse, Server
@@ -254,8 +254,20 @@ class ModelReservation:
             raise UsageNotReported(f"{self._name}: the stream ended without token usage")
         return known
 
+    def __enter__(self) -> ModelReservation:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            self._release()
+
     def _release(self) -> None:
-        """The attempt failed (:meth:`ModelCall.attempt`): give back what is held, if unsettled.
+        """The attempt's block failed: give back what the reservation holds, if unsettled.
 
         Nothing is held today beyond the Model call, which the failed attempt spent (a retry
         reserves anew). A money hold placed by :meth:`ModelCall.reserve` is released here; a
@@ -344,27 +356,12 @@ class ModelCall:
         """Reserve the attempt's Model call; the run's ``RunTerminated`` if refused (sends nothing).
 
         ``name`` names the call in the errors of its reservation
-        (``"openai chat.completions.create"``).
+        (``"openai chat.completions.create"``). Every adapter's attempt holds its reservation
+        around the block that sends the request (``with model_call.reserve(name) as r:``), in
+        both loops: a block that fails leaves it to :meth:`ModelReservation._release`.
         """
         self._ctx.reserve_model_call()
         return ModelReservation(self, name)
-
-    @contextmanager
-    def attempt(self, name: str = "model call") -> Iterator[ModelReservation]:
-        """One attempt's reservation (:meth:`reserve`), around the block that sends its request.
-
-        The block records the usage on the reservation it is given -- or hands it to a stream,
-        which records it at its end. A block that fails leaves the reservation to
-        :meth:`ModelReservation._release`: whatever the reservation holds beyond the Model call
-        (which a failed attempt spent) is given back there, unless a late answer settles it.
-        Every adapter's attempt goes through here, in both loops: a ``with`` serves either.
-        """
-        reservation = self.reserve(name)
-        try:
-            yield reservation
-        except BaseException:
-            reservation._release()  # noqa: SLF001 - the reservation's owner, in its module
-            raise
 
     def timeout(self, client_timeout: object) -> object:
         """The request's ``timeout=``: the client's (or ``request_timeout``), cut to the deadline.

@@ -227,7 +227,7 @@ class _GovernedAgentsModel(Model):
             )
 
         async def attempt() -> ModelResponse:
-            with model_call.attempt(_CALL_NAME) as reservation:
+            with model_call.reserve(_CALL_NAME) as reservation:
                 response = await model_call.request_async(send)
                 return reservation.record_response(response, _usage_of)
 
@@ -265,7 +265,7 @@ class _GovernedAgentsModel(Model):
 
         async def attempt() -> TResponseStreamEvent:
             nonlocal events, reservation
-            with model_call.attempt(_CALL_NAME) as reservation:
+            with model_call.reserve(_CALL_NAME) as reservation:
                 events = opened = self._inner.stream_response(
                     system_instructions,
                     input,

@@ -91,7 +91,6 @@ if TYPE_CHECKING:
     from pydantic_ai.settings import ModelSettings
     from pydantic_ai.tools import RunContext as AgentRunContext
     from pydantic_ai.tools import ToolDefinition
-    from pydantic_ai.usage import RequestUsage
 
     from .._context import RunContext
     from .._failure import FailureKind
@@ -265,10 +264,6 @@ class HarnessCapability(AbstractCapability[Any]):
             raise SkipToolExecution(refused_tool_call(refused)) from refused
 
 
-def _token_usage(usage: RequestUsage) -> TokenUsage:
-    return TokenUsage(usage.input_tokens, usage.output_tokens)
-
-
 _CALL_NAME = "pydantic-ai model request"
 
 
@@ -297,11 +292,12 @@ class _GovernedAttemptModel(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
-        with self._model_call.attempt(_CALL_NAME) as reservation:
+        with self._model_call.reserve(_CALL_NAME) as reservation:
             response = await self.wrapped.request(
                 messages, model_settings, model_request_parameters
             )
-            reservation.record(_token_usage(response.usage))
+            usage = response.usage
+            reservation.record(TokenUsage(usage.input_tokens, usage.output_tokens))
         self._check_tool_calls(response, model_request_parameters)
         return response
 
@@ -313,14 +309,15 @@ class _GovernedAttemptModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
         run_context: AgentRunContext[Any] | None = None,
     ) -> AsyncIterator[StreamedResponse]:
-        with self._model_call.attempt(_CALL_NAME) as reservation:
+        with self._model_call.reserve(_CALL_NAME) as reservation:
             async with self.wrapped.request_stream(
                 messages, model_settings, model_request_parameters, run_context
             ) as stream:
                 try:
                     yield stream
                 finally:  # what the stream received so far: also when cut, or its consumer left
-                    reservation.record(_token_usage(stream.usage))
+                    usage = stream.usage
+                    reservation.record(TokenUsage(usage.input_tokens, usage.output_tokens))
                 self._check_tool_calls(stream.get(), model_request_parameters)
 
     def _check_tool_calls(
