@@ -8,10 +8,10 @@ model -- sends its requests through one ``ModelCall``, and only translates its S
    built (:func:`checked_ctx`, :func:`policy_of`, :func:`executor_of`);
 2. the reservation (:meth:`ModelCall.reserve`, held around the attempt's request): the gate and
    one Model call in one decision -- a refusal reserves nothing and the request is never sent.
-   It gives the attempt's
-   :class:`ModelReservation`, on which the response's usage is recorded exactly once
-   (:meth:`ModelReservation.record`, or :meth:`ModelReservation.end_stream` for a stream, also
-   when the stream was cut by a cancellation or the deadline: the tokens received were spent);
+   It gives the attempt's :class:`ModelReservation`, on which the response's usage is recorded
+   exactly once (:meth:`ModelReservation.record`, or :meth:`ModelReservation.end_stream` for a
+   stream, also when it was cut by a cancellation or the deadline: the tokens received were
+   spent);
 3. the request under the run's deadline: its timeout cut to the time the run has left
    (:meth:`ModelCall.timeout`), an awaited request in ``ctx.scope()``
    (:meth:`ModelCall.request_async`), and after a failure the run's ending wins over the SDK's
@@ -202,7 +202,9 @@ class ModelReservation:
 
     Invariant: ``_usage`` is written once, by :meth:`_settle`, the one place every record goes
     through; a second record is a ``RuntimeError`` (a usage counted twice would spend the run's
-    tokens twice). Owned by one thread at a time: the one that reads the response.
+    tokens twice). Recorded by one thread: the one that reads the response (a sync client's
+    worker, which may still record after its caller left; the caller then reads :attr:`usage`
+    only once the worker has ended the stream).
     """
 
     __slots__ = ("_call", "_name", "_settled", "_usage")
