@@ -1,16 +1,20 @@
-"""One governed model call, for any SDK: the engine under the openai and anthropic wrappers.
+"""The governed openai and anthropic clients' calls, sync and async, over one :class:`ModelCall`.
 
 A governed call is one execution of :class:`~diagnosis_harness.HarnessRetryExecutor` under the
-wrapper's policy; the executor gates every attempt and records it. Each attempt:
+wrapper's policy; the executor gates every attempt and records it. Each attempt's steps are the
+wrapper's :class:`~._model_call.ModelCall`'s, the same for every adapter:
 
-1. reserves one Model call (``ctx.reserve_model_call()``: the gate and the reservation in one
-   decision) -- a refusal reserves nothing and sends nothing;
-2. sends one request (the SDK's retries are off) whose timeout is the client's own, each part cut
+1. reserve one Model call (the gate and the reservation in one decision) -- a refusal reserves
+   nothing and sends nothing;
+2. send one request (the SDK's retries are off) whose timeout is the client's own, each part cut
    to the time the run's clock has left before the deadline;
-3. records the response's actual token usage on the run (a streamed one when the stream reports
-   it, at its end);
-4. on a failure, asks the gate again, so that a run that ended meanwhile (cancelled, or past its
+3. record the response's actual token usage on the attempt's reservation, once (a streamed one
+   at its end, also when cut);
+4. on a failure, ask the gate again, so that a run that ended meanwhile (cancelled, or past its
    deadline) ends the call with its ``RunTerminated`` rather than the SDK's error.
+
+What this module adds is how each world waits for the SDK: the decisions above are not repeated
+in it.
 
 Cancellation and the deadline are prompt in both worlds. In asyncio every await of the SDK runs
 in ``ctx.scope()``, so a cancellation of the run, or its deadline, cancels the request itself. A
@@ -27,29 +31,29 @@ is dropped.
 
 from __future__ import annotations
 
-import math
 import queue
 import threading
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, final
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, final
 
 from .._boundary import Boundary
-from .._context import RunContext
-from .._errors import HarnessError
-from .._retry import HarnessRetryExecutor
-from .._retry_policy import RetryPolicy
+from ._model_call import (
+    Chat,
+    ModelCall,
+    ModelReservation,
+    TokenUsage,
+    UsageMeter,
+    UsageNotReported,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+    from collections.abc import AsyncIterator, Callable, Iterator
     from types import TracebackType
 
-    from .._retry import Classifier
-    from ._chat import ChatResponse, Server
-    from .otel import HarnessTracing
+    from .._context import RunContext
 
 __all__ = [
     "AsyncGovernedStream",
-    "Governance",
     "GovernedCall",
     "GovernedStream",
     "TokenUsage",
@@ -59,225 +63,32 @@ __all__ = [
 
 R = TypeVar("R")
 C = TypeVar("C")
-C_contra = TypeVar("C_contra", contravariant=True)
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class TokenUsage:
-    """The tokens one response used, as the provider reported them and as the run recorded them."""
-
-    input_tokens: int
-    output_tokens: int
-
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-
-@final
-class UsageNotReported(HarnessError):
-    """The provider answered without token usage, so the run's token budget cannot count it.
-
-    Raised by a governed call whose response has no usage, and at the end of a governed stream
-    that ended without reporting it (an OpenAI-compatible server that ignores
-    ``stream_options.include_usage``). Inside an attempt it is not retried (its kind is
-    ``UNKNOWN``): the request was answered, and asking again would spend twice. ``response`` is
-    the answer that came without usage (``None`` for a stream, whose chunks were delivered).
-    """
-
-    def __init__(self, message: str, response: object = None) -> None:
-        super().__init__(message)
-        self.response = response
-
-
-class UsageMeter(Protocol[C_contra]):
-    """Reads a stream's chunks as they pass; knows the usage once the provider has reported it."""
-
-    def observe(self, chunk: C_contra, /) -> None: ...
-
-    @property
-    def final(self) -> bool:
-        """Whether the provider has reported the response's whole usage."""
-        ...
-
-    def usage(self) -> TokenUsage | None:
-        """The usage known so far (the whole of it once :attr:`final`), or ``None``."""
-        ...
-
-
-def _positive_seconds(name: str, value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds or None, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
-    return float(value)
-
-
-@final
-class Governance:
-    """What every governed call of one wrapper shares: the run, its executor, the policy.
-
-    Validated once, when the wrapper is built, so a bad argument is an error before any request.
-    """
-
-    __slots__ = (
-        "ctx",
-        "executor",
-        "policy",
-        "provider",
-        "request_timeout",
-        "response_of",
-        "server",
-        "tracing",
-    )
-
-    def __init__(
-        self,
-        ctx: RunContext,
-        *,
-        policy: str | RetryPolicy,
-        executor: HarnessRetryExecutor | None,
-        request_timeout: float | None,
-        classifier: Classifier,
-        tracing: HarnessTracing | None = None,
-        provider: str = "",
-        server: Server | None = None,
-        response_of: Callable[[Any], ChatResponse | None] | None = None,
-    ) -> None:
-        if type(ctx) is not RunContext:
-            raise TypeError(f"ctx must be a RunContext, got {ctx!r}")
-        if isinstance(policy, str):
-            policy = ctx.retry_policies[policy]  # KeyError naming the run's policies
-        elif type(policy) is not RetryPolicy:
-            raise TypeError(
-                f"policy must be the name of one of the run's retry policies or a RetryPolicy, "
-                f"got {policy!r}"
-            )
-        if executor is None:
-            executor = HarnessRetryExecutor(ctx, classifier=classifier)
-        elif type(executor) is not HarnessRetryExecutor:
-            raise TypeError(f"executor must be a HarnessRetryExecutor or None, got {executor!r}")
-        self.ctx = ctx
-        self.policy = policy
-        self.executor = executor
-        self.request_timeout = _positive_seconds("request_timeout", request_timeout)
-        if tracing is not None:  # OpenTelemetry is imported only when tracing is asked for
-            from .otel import check_tracing  # noqa: PLC0415 - lazy: the optional `otel` extra
-
-            check_tracing(tracing)
-        self.tracing = tracing
-        self.provider = provider  # gen_ai.provider.name of the chat spans
-        self.server = server  # server.address and server.port of the chat spans
-        self.response_of = response_of  # gen_ai.response.* of the chat spans
-
-    def timeout(self, client_timeout: object) -> object:
-        """The request's ``timeout=``: the client's (or ``request_timeout``), cut to the deadline.
-
-        An ``httpx`` ``Timeout`` (the SDKs' default: 5 s to connect, 600 s for the rest) keeps its
-        shape, each part cut; a number or ``None`` becomes a number.
-        """
-        left = self.ctx.deadline.remaining_seconds(self.ctx.clock)
-        if self.request_timeout is not None:
-            return min(self.request_timeout, left)
-        if isinstance(client_timeout, (int, float)) and not isinstance(client_timeout, bool):
-            return min(float(client_timeout), left)
-        parts = ("connect", "read", "write", "pool")
-        if client_timeout is not None and all(hasattr(client_timeout, p) for p in parts):
-
-            def cut(part: str) -> float:
-                value = getattr(client_timeout, part)
-                return left if value is None else min(float(value), left)
-
-            return type(client_timeout)(**{part: cut(part) for part in parts})
-        return left
-
-    def ended_wins(self) -> None:
-        """After a failure: if the run ended meanwhile, raise its ``RunTerminated`` instead."""
-        self.ctx.check(Boundary.MODEL)
-
-    def record(self, usage: TokenUsage) -> None:
-        self.ctx.record_token_usage(
-            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
-        )
 
 
 @final
 @dataclass(frozen=True, slots=True)
 class GovernedCall:
-    """One governed call as its wrapper prepared it, and the steps its attempts share.
+    """One governed call as its wrapper prepared it: the wrapper's :class:`ModelCall`, and how
+    to send one request.
 
     ``send(timeout)`` sends one request with the call's checked parameters: it returns the SDK's
     answer (a sync client) or the awaitable of it (an async client). ``client_timeout`` is the
     client's own timeout, ``name`` names the call in errors (``"openai chat.completions.create"``)
-    and ``model`` is the request's model, for the spans. The sync and the async world differ only
-    in how ``send`` is waited for -- on a worker thread whose wait the run's cancellation ends
+    and ``chat`` says what its spans report. The sync and the async world differ only in how
+    ``send`` is waited for -- on a worker thread whose wait the run's cancellation ends
     (:func:`call`, :func:`open_stream`), or awaited in ``ctx.scope()`` (:func:`call_async`,
-    :func:`open_stream_async`); the steps around it are these methods, shared.
+    :func:`open_stream_async`); every step around it is the :class:`ModelCall`'s.
     """
 
-    gov: Governance
+    model_call: ModelCall
     send: Callable[[object], Any]
     client_timeout: object
     name: str
-    model: object
+    chat: Chat
 
-    def begin(self) -> object:
-        """Reserve the attempt's Model call (a refusal sends nothing); return its timeout."""
-        self.gov.ctx.reserve_model_call()
-        return self.gov.timeout(self.client_timeout)
-
-    async def send_in_scope(self, timeout: object) -> Any:
-        """``await send(timeout)`` in ``ctx.scope()``; after a failure, the run's ending wins."""
-        try:
-            async with self.gov.ctx.scope(Boundary.MODEL):
-                return await self.send(timeout)
-        except Exception:
-            self.gov.ended_wins()
-            raise
-
-    def usage(self, response: R, usage_of: Callable[[R], TokenUsage | None]) -> TokenUsage:
-        """The usage ``response`` reports; :class:`UsageNotReported` if it reports none."""
-        usage = usage_of(response)
-        if usage is None:
-            raise UsageNotReported(f"{self.name}: the response reports no token usage", response)
-        return usage
-
-    def run(self, attempt: Callable[[], R], usage_of: Callable[[R], TokenUsage | None] | None) -> R:
-        """``attempt`` under the executor and the policy; in a ``chat`` span each, when tracing."""
-        gov = self.gov
-        if gov.tracing is not None:
-            attempt = gov.tracing.chat_attempts(
-                attempt,
-                provider=gov.provider,
-                model=str(self.model),
-                classify=gov.executor.classify,
-                usage_of=usage_of,
-                response_of=gov.response_of,
-                server=gov.server,
-            )
-        return gov.executor.execute(gov.policy, attempt)
-
-    async def run_async(
-        self,
-        attempt: Callable[[], Awaitable[R]],
-        usage_of: Callable[[R], TokenUsage | None] | None,
-    ) -> R:
-        """:meth:`run` for an async attempt."""
-        gov = self.gov
-        if gov.tracing is not None:
-            attempt = gov.tracing.chat_attempts_async(
-                attempt,
-                provider=gov.provider,
-                model=str(self.model),
-                classify=gov.executor.classify,
-                usage_of=usage_of,
-                response_of=gov.response_of,
-                server=gov.server,
-            )
-        return await gov.executor.execute_async(gov.policy, attempt)
+    def timeout(self) -> object:
+        """The attempt's ``timeout=``: the client's, cut to the time the run has left."""
+        return self.model_call.timeout(self.client_timeout)
 
 
 # -- sync: a worker thread and a relay the run's cancellation wakes -----------------------------
@@ -414,7 +225,7 @@ class _Relay:
             close()
 
 
-def _answered(gov: Governance, relay: _Relay) -> object:
+def _answered(model_call: ModelCall, relay: _Relay) -> object:
     """The worker's first item, once the request is answered; raised, if it is a failure.
 
     A failure (the SDK's, or the run's ending while the caller waited) stops the relay, and the
@@ -426,37 +237,38 @@ def _answered(gov: Governance, relay: _Relay) -> object:
             raise item.error
     except Exception:
         relay.stop()
-        gov.ended_wins()
+        model_call.ended_wins()
         raise
     return item
 
 
 def call(prepared: GovernedCall, usage_of: Callable[[R], TokenUsage | None]) -> R:
     """One governed call: ``send(timeout)`` per attempt, on a worker, under the executor."""
-    gov = prepared.gov
+    model_call = prepared.model_call
 
     def attempt() -> R:
-        timeout = prepared.begin()
+        with model_call.reserve(prepared.name) as reservation:
+            timeout = prepared.timeout()
 
-        def work(relay: _Relay) -> None:
+            def work(relay: _Relay) -> None:
+                try:
+                    response = prepared.send(timeout)
+                    usage = reservation.reported(response, usage_of)
+                except Exception as error:  # handed to the caller, which raises it
+                    relay.put(_Failed(error))
+                else:
+                    relay.put(_RECORDING)  # the call is answered: a cancellation is too late
+                    reservation.record(usage)  # by the worker: it counts if the caller left
+                    relay.put(response)
+                relay.put(_END)
+
+            relay = _Relay(model_call.ctx, work, prepared.name)
             try:
-                response = prepared.send(timeout)
-                usage = prepared.usage(response, usage_of)
-            except Exception as error:  # handed to the caller, which raises it
-                relay.put(_Failed(error))
-            else:
-                relay.put(_RECORDING)  # the call is answered: a cancellation now is too late
-                gov.record(usage)  # by the worker: the tokens count even if the caller left
-                relay.put(response)
-            relay.put(_END)
+                return cast("R", _answered(model_call, relay))  # the worker's other item
+            finally:
+                relay.stop()  # one item is all the caller takes
 
-        relay = _Relay(gov.ctx, work, prepared.name)
-        try:
-            return cast("R", _answered(gov, relay))  # the worker's one other item: the response
-        finally:
-            relay.stop()  # one item is all the caller takes
-
-    return prepared.run(attempt, usage_of)
+    return model_call.execute(attempt, replace(prepared.chat, usage_of=usage_of))
 
 
 @final
@@ -477,24 +289,24 @@ class GovernedStream(Generic[C]):
     cancellation, and its worker keeps reading the provider's answer.
     """
 
-    __slots__ = ("_gov", "_relay", "_usage")
+    __slots__ = ("_model_call", "_relay", "_reservation")
 
-    def __init__(self, gov: Governance, relay: _Relay, usage: list[TokenUsage]) -> None:
-        self._gov = gov
+    def __init__(self, model_call: ModelCall, relay: _Relay, reservation: ModelReservation) -> None:
+        self._model_call = model_call
         self._relay = relay
-        self._usage = usage  # written once by the worker, before it puts _END
+        self._reservation = reservation  # its usage is written once by the worker, before _END
 
     @property
     def usage(self) -> TokenUsage | None:
         """The usage recorded for this stream, once it is known; else ``None``."""
-        return self._usage[0] if self._usage else None
+        return self._reservation.usage
 
     def __iter__(self) -> Iterator[C]:
         return self
 
     def __next__(self) -> C:
         if self._relay.stopped:  # closed, failed or cancelled: the run's ending, or the end
-            self._gov.ended_wins()
+            self._model_call.ended_wins()
             raise StopIteration
         try:
             item = self._relay.get()
@@ -505,9 +317,9 @@ class GovernedStream(Generic[C]):
             raise StopIteration
         if isinstance(item, _Failed):
             self._relay.stop()
-            self._gov.ended_wins()
+            self._model_call.ended_wins()
             raise item.error
-        ctx = self._gov.ctx
+        ctx = self._model_call.ctx
         # The deadline, read per chunk; a cancellation (any ending but this stream's own usage
         # record, which follows its last chunk) wakes the relay instead.
         if ctx.deadline.expired(ctx.clock):
@@ -533,39 +345,31 @@ class GovernedStream(Generic[C]):
 
 def open_stream(prepared: GovernedCall, meter: Callable[[], UsageMeter[C]]) -> GovernedStream[C]:
     """One governed streaming call: ``send(timeout)`` per attempt, under the executor."""
-    gov = prepared.gov
+    model_call = prepared.model_call
 
     def attempt() -> GovernedStream[C]:
-        timeout = prepared.begin()
-        usage: list[TokenUsage] = []
+        with model_call.reserve(prepared.name) as reservation:
+            timeout = prepared.timeout()
 
-        def work(relay: _Relay) -> None:
-            try:
-                stream = prepared.send(timeout)
-            except Exception as error:
-                relay.put(_Failed(error))
-                relay.put(_END)
-                return
-            relay.put(_OPENED)
-            relay.hold(stream.close)
-            _pump(gov, stream, meter(), relay, usage=usage, name=prepared.name)
+            def work(relay: _Relay) -> None:
+                try:
+                    stream = prepared.send(timeout)
+                except Exception as error:
+                    relay.put(_Failed(error))
+                    relay.put(_END)
+                    return
+                relay.put(_OPENED)
+                relay.hold(stream.close)
+                _pump(stream, meter(), relay, reservation)
 
-        relay = _Relay(gov.ctx, work, prepared.name)
-        _answered(gov, relay)  # _OPENED: the chunks follow, on the same relay
-        return GovernedStream(gov, relay, usage)
+            relay = _Relay(model_call.ctx, work, prepared.name)
+            _answered(model_call, relay)  # _OPENED: the chunks follow, on the same relay
+            return GovernedStream(model_call, relay, reservation)
 
-    return prepared.run(attempt, None)
+    return model_call.execute(attempt, prepared.chat)
 
 
-def _pump(
-    gov: Governance,
-    stream: Any,
-    meter: UsageMeter[C],
-    relay: _Relay,
-    *,
-    usage: list[TokenUsage],
-    name: str,
-) -> None:
+def _pump(stream: Any, meter: UsageMeter[C], relay: _Relay, reservation: ModelReservation) -> None:
     """On the worker: chunks to the relay, then the usage recorded, then the end."""
     complete = False
     failure: Exception | None = None
@@ -581,15 +385,13 @@ def _pump(
         failure = error
     finally:
         stream.close()
-    known = meter.usage()
     relay.put(_RECORDING)
-    if known is not None:
-        gov.record(known)
-        usage.append(known)
+    try:
+        reservation.end_stream(meter, complete=complete)
+    except UsageNotReported as error:  # read to its end: there was no failure
+        failure = error
     if failure is not None:
         relay.put(_Failed(failure))
-    elif complete and not meter.final:
-        relay.put(_Failed(UsageNotReported(f"{name}: the stream ended without token usage")))
     relay.put(_END)
 
 
@@ -598,14 +400,15 @@ def _pump(
 
 async def call_async(prepared: GovernedCall, usage_of: Callable[[R], TokenUsage | None]) -> R:
     """One governed call in asyncio: ``await send(timeout)`` per attempt, under the executor."""
+    model_call = prepared.model_call
 
     async def attempt() -> R:
-        timeout = prepared.begin()
-        response: R = await prepared.send_in_scope(timeout)
-        prepared.gov.record(prepared.usage(response, usage_of))
-        return response
+        with model_call.reserve(prepared.name) as reservation:
+            timeout = prepared.timeout()
+            response: R = await model_call.request_async(lambda: prepared.send(timeout))
+            return reservation.record_response(response, usage_of)
 
-    return await prepared.run_async(attempt, usage_of)
+    return await model_call.execute_async(attempt, replace(prepared.chat, usage_of=usage_of))
 
 
 @final
@@ -618,21 +421,26 @@ class AsyncGovernedStream(Generic[C]):
     what is known recorded when the stream is closed early.
     """
 
-    __slots__ = ("_done", "_gov", "_iterator", "_meter", "_name", "_stream", "_usage")
+    __slots__ = ("_done", "_iterator", "_meter", "_model_call", "_reservation", "_stream")
 
-    def __init__(self, gov: Governance, stream: Any, meter: UsageMeter[C], name: str) -> None:
-        self._gov = gov
+    def __init__(
+        self,
+        model_call: ModelCall,
+        stream: Any,
+        meter: UsageMeter[C],
+        reservation: ModelReservation,
+    ) -> None:
+        self._model_call = model_call
         self._stream = stream
         self._iterator: AsyncIterator[C] = stream.__aiter__()
         self._meter = meter
-        self._name = name
-        self._usage: TokenUsage | None = None
+        self._reservation = reservation
         self._done = False
 
     @property
     def usage(self) -> TokenUsage | None:
         """The usage recorded for this stream, once it is known; else ``None``."""
-        return self._usage
+        return self._reservation.usage
 
     def __aiter__(self) -> AsyncIterator[C]:
         return self
@@ -641,34 +449,31 @@ class AsyncGovernedStream(Generic[C]):
         if self._done:
             raise StopAsyncIteration
         try:
-            async with self._gov.ctx.scope(Boundary.MODEL):
+            async with self._model_call.ctx.scope(Boundary.MODEL):
                 chunk = await self._iterator.__anext__()
         except StopAsyncIteration:
-            await self._finish()
-            if not self._meter.final:
-                raise UsageNotReported(
-                    f"{self._name}: the stream ended without token usage"
-                ) from None
+            try:
+                await self._finish(complete=True)
+            except UsageNotReported as error:
+                raise error from None
             raise
         except Exception:
-            await self._finish()
-            self._gov.ended_wins()
+            await self._finish(complete=False)
+            self._model_call.ended_wins()
             raise
         self._meter.observe(chunk)
         return chunk
 
-    async def _finish(self) -> None:
+    async def _finish(self, *, complete: bool) -> None:
         if self._done:
             return
         self._done = True
         await self._stream.close()
-        self._usage = self._meter.usage()
-        if self._usage is not None:
-            self._gov.record(self._usage)
+        self._reservation.end_stream(self._meter, complete=complete)
 
     async def aclose(self) -> None:
         """Stop reading and close the SDK's stream; the usage known so far is recorded."""
-        await self._finish()
+        await self._finish(complete=False)
 
     async def __aenter__(self) -> AsyncGovernedStream[C]:
         return self
@@ -686,10 +491,12 @@ async def open_stream_async(
     prepared: GovernedCall, meter: Callable[[], UsageMeter[C]]
 ) -> AsyncGovernedStream[C]:
     """One governed streaming call in asyncio: ``await send(timeout)`` per attempt."""
+    model_call = prepared.model_call
 
     async def attempt() -> AsyncGovernedStream[C]:
-        timeout = prepared.begin()
-        stream = await prepared.send_in_scope(timeout)
-        return AsyncGovernedStream(prepared.gov, stream, meter(), prepared.name)
+        with model_call.reserve(prepared.name) as reservation:
+            timeout = prepared.timeout()
+            stream = await model_call.request_async(lambda: prepared.send(timeout))
+            return AsyncGovernedStream(model_call, stream, meter(), reservation)
 
-    return await prepared.run_async(attempt, None)
+    return await model_call.execute_async(attempt, prepared.chat)

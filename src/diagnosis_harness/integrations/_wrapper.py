@@ -3,7 +3,7 @@
 ``GovernedOpenAI``, ``AsyncGovernedOpenAI``, ``GovernedAnthropic`` and ``AsyncGovernedAnthropic``
 are each this base with three class attributes: the SDK they wrap, the SDK's client class they
 take, and where the SDK's other client goes instead. The base checks the client, builds the
-:class:`~._governed.Governance` and prepares each call's :class:`~._governed.GovernedCall`; a
+:class:`~._model_call.ModelCall` and prepares each call's :class:`~._governed.GovernedCall`; a
 wrapper's own methods only choose the world (``call`` or ``call_async``, ``open_stream`` or
 ``open_stream_async``) and say what its response and its stream's usage are.
 """
@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, Typ
 from ._chat import server_of
 from ._clients import ensure_no_hidden_retries
 from ._extras import missing_extra
-from ._governed import Governance, GovernedCall
+from ._governed import GovernedCall
+from ._model_call import Chat, ModelCall
 from ._params import checked_params
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ class GovernedClient(Generic[SdkClient]):
     before any request: the SDK installed, the client's class, its retries, the run's arguments.
     """
 
-    __slots__ = ("_client", "_gov")
+    __slots__ = ("_client", "_model_call")
 
     _sdk: ClassVar[Sdk]
     _client_class: ClassVar[str]
@@ -107,16 +108,15 @@ class GovernedClient(Generic[SdkClient]):
         tracing: HarnessTracing | None = None,
     ) -> None:
         self._check(client)
-        self._gov = Governance(
+        self._model_call = ModelCall(
             ctx,
             policy=policy,
             executor=executor,
+            default_classifier=self._sdk.classifier,
             request_timeout=request_timeout,
-            classifier=self._sdk.classifier,
             tracing=tracing,
             provider=self._sdk.package,
             server=server_of(client.base_url),
-            response_of=self._sdk.response_of,
         )
         self._client = client
 
@@ -127,11 +127,11 @@ class GovernedClient(Generic[SdkClient]):
     @property
     def executor(self) -> HarnessRetryExecutor:
         """The executor that runs, and records, every attempt."""
-        return self._gov.executor
+        return self._model_call.executor
 
     @property
     def policy(self) -> RetryPolicy:
-        return self._gov.policy
+        return self._model_call.policy
 
     def _check(self, client: object) -> None:
         package = self._sdk.package
@@ -161,4 +161,5 @@ class GovernedClient(Generic[SdkClient]):
         def send(timeout: object) -> Any:
             return sdk.endpoint(client)(**params, timeout=timeout)
 
-        return GovernedCall(self._gov, send, client.timeout, sdk.call_name, params["model"])
+        chat = Chat(str(params["model"]), response_of=sdk.response_of)
+        return GovernedCall(self._model_call, send, client.timeout, sdk.call_name, chat)

@@ -60,16 +60,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, final
 
 from .._boundary import Boundary
-from .._context import RunContext
 from .._errors import RunTerminated
-from .._retry import HarnessRetryExecutor
 from .._threads import WorkerThreads
 from ._agent_endings import agent_run_ending, refused_tool_call
 from ._chat import ChatResponse
 from ._classify import classify_openai
 from ._extras import missing_extra
-from ._governed import TokenUsage
-from ._tools import GovernedTools, _budget_key, _policy_of
+from ._model_call import Chat, ModelCall, ModelReservation, TokenUsage, checked_ctx
+from ._tools import GovernedTools, _budget_key
 
 try:
     from agents import (
@@ -106,7 +104,8 @@ if TYPE_CHECKING:
     from agents.tool_context import ToolContext
     from openai.types.responses.response_prompt_param import ResponsePromptParam
 
-    from .._retry import Classifier
+    from .._context import RunContext
+    from .._retry import Classifier, HarnessRetryExecutor
     from .._retry_policy import RetryPolicy
     from .otel import HarnessTracing
 
@@ -133,39 +132,17 @@ _OWNED_KEYS = frozenset({"call_model_input_filter"})
 
 @final
 class _Governance:
-    """One run config's link to its run: the context, the executor, the governed Tools."""
+    """One run config's link to its run: its Model calls (:class:`ModelCall`), its Tool calls."""
 
-    __slots__ = ("ctx", "executor", "model_policy", "tools", "tracing")
+    __slots__ = ("model_call", "tools")
 
-    def __init__(
-        self,
-        ctx: RunContext,
-        executor: HarnessRetryExecutor,
-        model_policy: RetryPolicy,
-        tools: GovernedTools,
-        tracing: HarnessTracing | None = None,
-    ) -> None:
-        self.ctx = ctx
-        self.executor = executor
-        self.model_policy = model_policy
+    def __init__(self, model_call: ModelCall, tools: GovernedTools) -> None:
+        self.model_call = model_call
         self.tools = tools
-        self.tracing = tracing
 
-    def traced(
-        self, attempt: Callable[[], Awaitable[T]], model: object, usage: bool
-    ) -> Callable[[], Awaitable[T]]:
-        """``attempt`` with a ``chat`` span per call when tracing (with the response's usage
-        when ``usage``: a stream's comes with its last event, after the attempt)."""
-        if self.tracing is None:
-            return attempt
-        return self.tracing.chat_attempts_async(
-            attempt,
-            provider="openai",
-            model=str(getattr(model, "model", type(model).__name__)),
-            classify=self.executor.classify,
-            usage_of=_usage_of if usage else None,
-            response_of=_response_of if usage else None,
-        )
+    @property
+    def ctx(self) -> RunContext:
+        return self.model_call.ctx
 
     def check_tools(self, tools: list[Tool]) -> None:
         """Refuse, before any request, an agent offering a function tool the harness cannot see."""
@@ -185,9 +162,6 @@ class _Governance:
             if isinstance(item, ResponseFunctionToolCall):
                 self.tools.check(item.name, item.call_id)
 
-    def record_usage(self, input_tokens: int, output_tokens: int) -> None:
-        self.ctx.record_token_usage(input_tokens=input_tokens, output_tokens=output_tokens)
-
 
 def _usage_of(response: Any) -> TokenUsage:
     return TokenUsage(response.usage.input_tokens, response.usage.output_tokens)
@@ -198,9 +172,20 @@ def _response_of(response: Any) -> ChatResponse:
     return ChatResponse(model=None, id=response.response_id, finish_reasons=())
 
 
+def _model_name(model: object) -> str:
+    return str(getattr(model, "model", type(model).__name__))
+
+
+_CALL_NAME = "openai-agents Model call"
+
+
 @final
-class _GovernedModel(Model):
-    """A ``Model`` whose every request is one reserved, recorded, cuttable attempt of the run."""
+class _GovernedAgentsModel(Model):
+    """A ``Model`` whose every request is one reserved, recorded, cuttable attempt of the run.
+
+    Only the SDK's shapes are translated here: each attempt is the run's :class:`ModelCall`'s
+    (reserved, sent in ``ctx.scope()``, its usage recorded once, run under the Model policy).
+    """
 
     def __init__(self, inner: Model, governance: _Governance) -> None:
         self._inner = inner
@@ -224,28 +209,30 @@ class _GovernedModel(Model):
         prompt: ResponsePromptParam | None,
     ) -> ModelResponse:
         governance = self._governance
-        ctx = governance.ctx
+        model_call = governance.model_call
         governance.check_tools(tools)
 
-        async def attempt() -> ModelResponse:
-            ctx.reserve_model_call()
-            async with ctx.scope(Boundary.MODEL):
-                return await self._inner.get_response(
-                    system_instructions,
-                    input,
-                    model_settings,
-                    tools,
-                    output_schema,
-                    handoffs,
-                    tracing,
-                    previous_response_id=previous_response_id,
-                    conversation_id=conversation_id,
-                    prompt=prompt,
-                )
+        def send() -> Awaitable[ModelResponse]:
+            return self._inner.get_response(
+                system_instructions,
+                input,
+                model_settings,
+                tools,
+                output_schema,
+                handoffs,
+                tracing,
+                previous_response_id=previous_response_id,
+                conversation_id=conversation_id,
+                prompt=prompt,
+            )
 
-        traced = governance.traced(attempt, self._inner, usage=True)
-        response = await governance.executor.execute_async(governance.model_policy, traced)
-        governance.record_usage(response.usage.input_tokens, response.usage.output_tokens)
+        async def attempt() -> ModelResponse:
+            with model_call.reserve(_CALL_NAME) as reservation:
+                response = await model_call.request_async(send)
+                return reservation.record_response(response, _usage_of)
+
+        chat = Chat(_model_name(self._inner), usage_of=_usage_of, response_of=_response_of)
+        response = await model_call.execute_async(attempt, chat)
         governance.check_calls(response.output)
         return response
 
@@ -267,48 +254,50 @@ class _GovernedModel(Model):
 
         A retry can only happen before the first event: after it, events have reached the agent
         and a second request would repeat them. A failure later in the stream is the stream's.
+        The usage is recorded from the completed response's event; a stream cut before it
+        records nothing (the SDK reports no usage before the end).
         """
         governance = self._governance
-        ctx = governance.ctx
+        model_call = governance.model_call
         governance.check_tools(tools)
         events: AsyncIterator[TResponseStreamEvent] | None = None
+        reservation: ModelReservation | None = None
 
         async def attempt() -> TResponseStreamEvent:
-            nonlocal events
-            ctx.reserve_model_call()
-            events = self._inner.stream_response(
-                system_instructions,
-                input,
-                model_settings,
-                tools,
-                output_schema,
-                handoffs,
-                tracing,
-                previous_response_id=previous_response_id,
-                conversation_id=conversation_id,
-                prompt=prompt,
-            )
-            try:
-                async with ctx.scope(Boundary.MODEL):
-                    return await anext(events)
-            except BaseException:
-                await _close(events)  # a failed attempt's stream is done with; a retry opens anew
-                raise
+            nonlocal events, reservation
+            with model_call.reserve(_CALL_NAME) as reservation:
+                events = opened = self._inner.stream_response(
+                    system_instructions,
+                    input,
+                    model_settings,
+                    tools,
+                    output_schema,
+                    handoffs,
+                    tracing,
+                    previous_response_id=previous_response_id,
+                    conversation_id=conversation_id,
+                    prompt=prompt,
+                )
+                try:
+                    return await model_call.request_async(lambda: anext(opened))
+                except BaseException:
+                    await _close(opened)  # a failed attempt's stream is done; a retry opens anew
+                    raise
 
-        event: TResponseStreamEvent | None = await governance.executor.execute_async(
-            governance.model_policy, governance.traced(attempt, self._inner, usage=False)
+        event: TResponseStreamEvent | None = await model_call.execute_async(
+            attempt, Chat(_model_name(self._inner))
         )
         assert events is not None
+        assert reservation is not None
         try:
             while event is not None:
                 if isinstance(event, ResponseCompletedEvent):
                     usage = event.response.usage
                     if usage is not None:
-                        governance.record_usage(usage.input_tokens, usage.output_tokens)
+                        reservation.record(TokenUsage(usage.input_tokens, usage.output_tokens))
                     governance.check_calls(event.response.output)
                 yield event
-                async with ctx.scope(Boundary.MODEL):
-                    event = await anext(events, None)
+                event = await model_call.request_async(lambda: anext(events, None))
         finally:
             await _close(events)
 
@@ -330,7 +319,9 @@ class _HarnessModelProvider(ModelProvider):
     def get_model(self, model_name: str | None) -> Model:
         model = self._inner.get_model(model_name)
         return (
-            model if isinstance(model, _GovernedModel) else _GovernedModel(model, self.governance)
+            model
+            if isinstance(model, _GovernedAgentsModel)
+            else _GovernedAgentsModel(model, self.governance)
         )
 
     async def aclose(self) -> None:
@@ -461,24 +452,23 @@ def harness_run_config(
     call an ``execute_tool`` span (the SDK's own tracing is not OpenTelemetry's: nothing doubles).
     Everything is checked here; nothing changes the run.
     """
-    if type(ctx) is not RunContext:
-        raise TypeError(f"ctx must be a RunContext, got {ctx!r}")
+    checked_ctx(ctx)
     owned = sorted(_OWNED_KEYS.intersection(kw))
     if owned:
         raise TypeError(
             f"harness_run_config sets {', '.join(owned)} itself; it cannot be passed in kw"
         )
-    policy = _policy_of(ctx, model_policy)
-    if executor is not None and classifier is not None:
-        raise ValueError("give executor or classifier, not both: the executor has its own")
-    if executor is None:
-        executor = HarnessRetryExecutor(
-            ctx, classifier=classify_openai if classifier is None else classifier
-        )
-    elif type(executor) is not HarnessRetryExecutor:
-        raise TypeError(f"executor must be a HarnessRetryExecutor, got {executor!r}")
-    tools = GovernedTools(ctx, policy=tool_policy, executor=executor, tracing=tracing)
-    governance = _Governance(ctx, executor, policy, tools, tracing)
+    model_call = ModelCall(
+        ctx,
+        policy=model_policy,
+        executor=executor,
+        classifier=classifier,
+        default_classifier=classify_openai,
+        tracing=tracing,
+        provider="openai",
+    )
+    tools = GovernedTools(ctx, policy=tool_policy, executor=model_call.executor, tracing=tracing)
+    governance = _Governance(model_call, tools)
 
     config = RunConfig(**kw)  # the SDK checks and coerces the user's settings
     settings = config.model_settings or ModelSettings()
@@ -499,8 +489,8 @@ def harness_run_config(
     if not isinstance(provider, _HarnessModelProvider):
         provider = _HarnessModelProvider(provider, governance)
     model = config.model
-    if isinstance(model, Model) and not isinstance(model, _GovernedModel):
-        model = _GovernedModel(model, governance)
+    if isinstance(model, Model) and not isinstance(model, _GovernedAgentsModel):
+        model = _GovernedAgentsModel(model, governance)
 
     def check_agent_model(data: CallModelData[Any]) -> ModelInputData:
         # A Model instance on the agent bypasses the provider unless the config names a model.
@@ -508,7 +498,7 @@ def harness_run_config(
         if (
             model is None
             and isinstance(agent_model, Model)
-            and not isinstance(agent_model, _GovernedModel)
+            and not isinstance(agent_model, _GovernedAgentsModel)
         ):
             raise ValueError(
                 f"agent {data.agent.name!r} has its own Model instance, which bypasses the "

@@ -34,7 +34,7 @@ framework, never the harness's (for pydantic-ai:
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, TypeVar, final
 
 from .._retry import AttemptOutcome
@@ -70,6 +70,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+R = TypeVar("R")  # an attempt's result, or its awaitable
 
 # The harness's own attributes.
 ATTEMPT_NUMBER = "diagnosis_harness.attempt.number"
@@ -158,6 +159,17 @@ def _answered(
     _response(span, None if response_of is None else response_of(result))
 
 
+def _counted(attempts: list[int], attempt: Callable[[], R]) -> Callable[[], R]:
+    """``attempt``, counting its calls in ``attempts[0]``; for a sync or an async attempt alike
+    (an async one is counted when its awaitable is made, which is when the executor starts it)."""
+
+    def counted() -> R:
+        attempts[0] += 1
+        return attempt()
+
+    return counted
+
+
 @final
 class HarnessTracing:
     """A tracer, and the span (``parent``) every span the harness starts is a child of.
@@ -234,19 +246,56 @@ class HarnessTracing:
 
     # -- spans for the governed calls (hooks of _governed and _tools) ------------------------------
 
-    def _chat_span(
-        self, provider: str, model: str, number: int, server: Server | None
-    ) -> trace.Span:
+    def _chat_spans(
+        self,
+        *,
+        provider: str,
+        model: str,
+        classify: Callable[[Exception], object],
+        usage_of: Callable[[T], TokenUsage | None] | None,
+        response_of: Callable[[T], ChatResponse | None] | None,
+        server: Server | None,
+    ) -> Callable[[], AbstractContextManager[Callable[[T], T]]]:
+        """One execution's ``chat`` spans: each call opens the next attempt's, numbered from 1.
+
+        The one decision both :meth:`chat_attempts` and :meth:`chat_attempts_async` drive: the
+        block runs the attempt and hands its result to the yielded function (which marks the
+        span answered, with the usage and the answer it reports); an exception leaving the block
+        marks it failed, classified as the executor classifies it. The span ends either way.
+        """
         attributes: dict[str, AttributeValue] = {
             OPERATION: "chat",
             PROVIDER: provider,
             REQUEST_MODEL: model,
-            ATTEMPT_NUMBER: number,
         }
         if server is not None:
             attributes[SERVER_ADDRESS] = server.address
             attributes[SERVER_PORT] = server.port
-        return self._start(f"chat {model}", SpanKind.CLIENT, attributes)
+        number = 0  # one execution's attempts run one after another
+
+        def answered_by(span: trace.Span) -> Callable[[T], T]:
+            def answered(result: T) -> T:
+                _answered(span, result, usage_of, response_of)
+                return result
+
+            return answered
+
+        @contextmanager
+        def attempt_span() -> Iterator[Callable[[T], T]]:
+            nonlocal number
+            number += 1
+            span = self._start(
+                f"chat {model}", SpanKind.CLIENT, {**attributes, ATTEMPT_NUMBER: number}
+            )
+            try:
+                yield answered_by(span)
+            except BaseException as error:
+                _failed(span, error, classify)
+                raise
+            finally:
+                span.end()
+
+        return attempt_span
 
     def chat_attempts(
         self,
@@ -265,22 +314,18 @@ class HarnessTracing:
         the usage and the answer off a succeeded attempt's result (``None`` for a result that is
         not an answer, as an opened stream is).
         """
-        number = 0  # one execution's attempts run one after another
+        spans = self._chat_spans(
+            provider=provider,
+            model=model,
+            classify=classify,
+            usage_of=usage_of,
+            response_of=response_of,
+            server=server,
+        )
 
         def traced() -> T:
-            nonlocal number
-            number += 1
-            span = self._chat_span(provider, model, number, server)
-            try:
-                result = attempt()
-            except BaseException as error:
-                _failed(span, error, classify)
-                raise
-            else:
-                _answered(span, result, usage_of, response_of)
-                return result
-            finally:
-                span.end()
+            with spans() as answered:
+                return answered(attempt())
 
         return traced
 
@@ -295,23 +340,19 @@ class HarnessTracing:
         response_of: Callable[[T], ChatResponse | None] | None = None,
         server: Server | None = None,
     ) -> Callable[[], Awaitable[T]]:
-        """:meth:`chat_attempts` for an async attempt."""
-        number = 0
+        """:meth:`chat_attempts` for an async attempt: the same spans, the attempt awaited."""
+        spans = self._chat_spans(
+            provider=provider,
+            model=model,
+            classify=classify,
+            usage_of=usage_of,
+            response_of=response_of,
+            server=server,
+        )
 
         async def traced() -> T:
-            nonlocal number
-            number += 1
-            span = self._chat_span(provider, model, number, server)
-            try:
-                result = await attempt()
-            except BaseException as error:
-                _failed(span, error, classify)
-                raise
-            else:
-                _answered(span, result, usage_of, response_of)
-                return result
-            finally:
-                span.end()
+            with spans() as answered:
+                return answered(await attempt())
 
         return traced
 
@@ -352,12 +393,7 @@ class HarnessTracing:
     ) -> T:
         """``run(attempt)`` in the Tool call's ``execute_tool`` span, its attempts counted."""
         with self._tool_span(tool, tool_call_id, classify) as attempts:
-
-            def counted() -> T:
-                attempts[0] += 1
-                return attempt()
-
-            return run(counted)
+            return run(_counted(attempts, attempt))
 
     async def tool_call_async(
         self,
@@ -367,14 +403,9 @@ class HarnessTracing:
         run: Callable[[Callable[[], Awaitable[T]]], Awaitable[T]],
         attempt: Callable[[], Awaitable[T]],
     ) -> T:
-        """:meth:`tool_call` for an async Tool."""
+        """:meth:`tool_call` for an async Tool: the same span and count, the run awaited."""
         with self._tool_span(tool, tool_call_id, classify) as attempts:
-
-            def counted() -> Awaitable[T]:
-                attempts[0] += 1
-                return attempt()
-
-            return await run(counted)
+            return await run(_counted(attempts, attempt))
 
     def __repr__(self) -> str:
         return f"HarnessTracing(tracer={self._tracer!r}, parent={self._parent!r})"

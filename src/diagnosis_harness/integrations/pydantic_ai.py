@@ -51,6 +51,7 @@ from .._errors import RunTerminated
 from .._generated.tables import RunState
 from ._agent_endings import agent_run_ending, refused_tool_call
 from ._extras import missing_extra
+from ._model_call import ModelCall, TokenUsage
 from ._tools import DEFAULT_KEY_PREFIX, DEFAULT_TOOL_POLICY, GovernedTools
 
 try:
@@ -90,7 +91,6 @@ if TYPE_CHECKING:
     from pydantic_ai.settings import ModelSettings
     from pydantic_ai.tools import RunContext as AgentRunContext
     from pydantic_ai.tools import ToolDefinition
-    from pydantic_ai.usage import RequestUsage
 
     from .._context import RunContext
     from .._failure import FailureKind
@@ -153,6 +153,7 @@ class HarnessCapability(AbstractCapability[Any]):
     classifier: Classifier | None = None
     finishes_run: bool = True
     _tools: GovernedTools = field(init=False, repr=False)
+    _model_call: ModelCall = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if type(self.finishes_run) is not bool:
@@ -164,6 +165,8 @@ class HarnessCapability(AbstractCapability[Any]):
             classifier=self.classifier,
             measure=tool_result_bytes,
         )
+        # pydantic-ai retries model requests itself: no policy; the executor is the tools'.
+        self._model_call = ModelCall(self.ctx, policy=None, executor=self._tools.executor)
 
     @property
     def tools(self) -> GovernedTools:
@@ -233,7 +236,7 @@ class HarnessCapability(AbstractCapability[Any]):
         # Called for every attempt, with the model that serves it (another capability's retry or
         # fallback included): the attempt's Model call is reserved by the wrapper, not a hook.
         _refuse_hidden_retries(model)
-        return _GovernedModel(model, self.ctx, self._tools)
+        return _GovernedAttemptModel(model, self._model_call, self._tools)
 
     # -- tool calls: governed, and a refusal skips the call instead of cancelling its siblings --
 
@@ -261,21 +264,26 @@ class HarnessCapability(AbstractCapability[Any]):
             raise SkipToolExecution(refused_tool_call(refused)) from refused
 
 
+_CALL_NAME = "pydantic-ai model request"
+
+
 @final
-class _GovernedModel(WrapperModel):
+class _GovernedAttemptModel(WrapperModel):
     """The model serving one attempt of a governed run's model request.
 
-    Each ``request`` (or ``request_stream``) reserves the attempt's Model call before the wrapped
-    model sends anything, and records the response's actual usage after it -- a stream's when it
-    closes, also when its consumer stops early or it fails, with the usage its chunks reported.
-    Every function tool call of a whole answer is checked -- its name a budget key, its ID a safe
-    key segment -- before any of them starts: a bad one fails the agent run here, not in its own
-    task where its siblings may have run.
+    Each ``request`` (or ``request_stream``) reserves the attempt's Model call on the run's
+    :class:`ModelCall` before the wrapped model sends anything, and records the response's
+    actual usage on that reservation after it -- a stream's when it closes, also when its
+    consumer stops early or it fails, with the usage its chunks reported. (pydantic-ai retries
+    model requests itself, and ``wrap_model_request`` holds the run's scope: neither is done
+    here.) Every function tool call of a whole answer is checked -- its name a budget key, its
+    ID a safe key segment -- before any of them starts: a bad one fails the agent run here, not
+    in its own task where its siblings may have run.
     """
 
-    def __init__(self, wrapped: Model, ctx: RunContext, tools: GovernedTools) -> None:
+    def __init__(self, wrapped: Model, model_call: ModelCall, tools: GovernedTools) -> None:
         super().__init__(wrapped)
-        self._ctx = ctx
+        self._model_call = model_call
         self._tools = tools
 
     async def request(
@@ -284,9 +292,12 @@ class _GovernedModel(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
-        self._ctx.reserve_model_call()
-        response = await self.wrapped.request(messages, model_settings, model_request_parameters)
-        self._record(response.usage)
+        with self._model_call.reserve(_CALL_NAME) as reservation:
+            response = await self.wrapped.request(
+                messages, model_settings, model_request_parameters
+            )
+            usage = response.usage
+            reservation.record(TokenUsage(usage.input_tokens, usage.output_tokens))
         self._check_tool_calls(response, model_request_parameters)
         return response
 
@@ -298,20 +309,16 @@ class _GovernedModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
         run_context: AgentRunContext[Any] | None = None,
     ) -> AsyncIterator[StreamedResponse]:
-        self._ctx.reserve_model_call()
-        async with self.wrapped.request_stream(
-            messages, model_settings, model_request_parameters, run_context
-        ) as stream:
-            try:
-                yield stream
-            finally:
-                self._record(stream.usage)
-            self._check_tool_calls(stream.get(), model_request_parameters)
-
-    def _record(self, usage: RequestUsage) -> None:
-        self._ctx.record_token_usage(
-            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
-        )
+        with self._model_call.reserve(_CALL_NAME) as reservation:
+            async with self.wrapped.request_stream(
+                messages, model_settings, model_request_parameters, run_context
+            ) as stream:
+                try:
+                    yield stream
+                finally:  # what the stream received so far: also when cut, or its consumer left
+                    usage = stream.usage
+                    reservation.record(TokenUsage(usage.input_tokens, usage.output_tokens))
+                self._check_tool_calls(stream.get(), model_request_parameters)
 
     def _check_tool_calls(
         self, response: ModelResponse, parameters: ModelRequestParameters
