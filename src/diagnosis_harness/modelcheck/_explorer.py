@@ -84,7 +84,7 @@ SCENARIOS: Final[tuple[SpecScenario, ...]] = (
     RETRY_TOOL_FAILS,
     RETRY_CANCELLED,
 )
-"""The spec scenarios the explorer's steps exercise (see ``RunProbe._scenarios``)."""
+"""The spec scenarios the explorer's steps exercise (see ``_probe_scenarios.step_scenarios``)."""
 
 _NS = 1_000_000_000
 _TOOL_A = "search"

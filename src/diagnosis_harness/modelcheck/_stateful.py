@@ -9,8 +9,8 @@ rule is one step of a :class:`~._probe.RunProbe`: the step is predicted on the p
 models generated from ``model/`` (live instances, one per table and one per retry execution),
 with the guards computed by a reference of plain counters, then applied to the real runtime, and
 the two must agree on state and outcome; the probe then checks the invariants, which are the
-spec's sentences (listed in :mod:`._probe`). The machine's ``@invariant`` checks them once more
-after every step, and Hypothesis shrinks any failing interleaving to a short one.
+spec's sentences (listed in :mod:`._probe_invariants`). The machine's ``@invariant`` checks them
+once more after every step, and Hypothesis shrinks any failing interleaving to a short one.
 
 Three machines, because one run ends quickly and everything after its end is absorption:
 
