@@ -45,12 +45,10 @@ from .. import (
 from .._generated.tables import LifecycleEvent
 from ._disagreement import disagree
 from ._models import ModelTiming
-from ._probe_config import THRICE, ProbeConfig, policies_with_thrice
 from ._probe_invariants import Invariants, RecordingCallback
-from ._probe_prediction import EXPLICIT_REASONS, Prediction, compare_error
+from ._probe_prediction import Prediction, compare_error
 from ._probe_retry import RetryExecution
 from ._probe_scenarios import ProbeStep, step_scenarios
-from ._probe_script import Attempt, Effect
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -58,18 +56,11 @@ if TYPE_CHECKING:
     from .._generated.tables import BudgetState, RetryState, RunState
     from ._coverage import TransitionCoverage
     from ._models import ModelRunner
+    from ._probe_config import ProbeConfig
     from ._probe_reference import Reference
+    from ._probe_script import Attempt
 
-__all__ = [
-    "EXPLICIT_REASONS",
-    "THRICE",
-    "Attempt",
-    "Effect",
-    "ProbeConfig",
-    "ProbeStep",
-    "RunProbe",
-    "policies_with_thrice",
-]
+__all__ = ["RunProbe"]
 
 _now_ns = time.perf_counter_ns
 
