@@ -183,14 +183,6 @@ class RunProbe:
             timing.runtime_calls += 1
         return None
 
-    def _timed(self, fn: Callable[[], Any]) -> Any:
-        """Run one runtime call that does not raise, timed; what it returned."""
-        started = _now_ns()
-        result = fn()
-        self.timing.runtime_ns += _now_ns() - started
-        self.timing.runtime_calls += 1
-        return result
-
     # -- the steps ---------------------------------------------------------------------------------
 
     def succeed(self) -> None:
@@ -208,7 +200,10 @@ class RunProbe:
         self._finish(f"fail({reason!r})", expected, lambda: self.ctx.lifecycle.fail(reason))
 
     def _finish(self, what: str, expected: bool, call: Callable[[], Any]) -> None:
-        result = self._timed(call)
+        started = _now_ns()
+        result = call()
+        self.timing.runtime_ns += _now_ns() - started
+        self.timing.runtime_calls += 1
         if result.changed is not expected:
             raise disagree(
                 f"{what}: changed={result.changed}, the model says {expected}",
@@ -223,7 +218,10 @@ class RunProbe:
         """Cancellation is signalled with ``reason``."""
         self._note("cancel", f"cancel({reason.name})", reason=reason)
         expected = self.prediction.cancel(reason)
-        won = self._timed(lambda: self.ctx.cancellation.cancel(reason))
+        started = _now_ns()
+        won = self.ctx.cancellation.cancel(reason)
+        self.timing.runtime_ns += _now_ns() - started
+        self.timing.runtime_calls += 1
         if won is not expected:
             raise disagree(
                 f"cancel({reason.name}) returned {won}, the model says {expected}",

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
     from .. import RetryPolicy
     from ._probe_prediction import Prediction
+    from ._probe_reference import Reference
     from ._probe_script import Attempt
     from ._spec_scenarios import SpecScenario
 
@@ -84,6 +85,22 @@ _LIVE_STEP: Final[Mapping[str, SpecScenario]] = MappingProxyType(
     }
 )
 """The scenario a step on a live run, before its deadline, exercises."""
+_NOTHING: Final[frozenset[SpecScenario]] = frozenset()
+_ONLY: Final[Mapping[SpecScenario, frozenset[SpecScenario]]] = MappingProxyType(
+    {
+        scenario: frozenset({scenario})
+        for scenario in (
+            BUDGET_WINS,
+            CAPACITY,
+            CLIENT_DISCONNECTS,
+            DEADLINE_BEFORE_TOOL,
+            PER_TOOL,
+            SUCCESS_WINS,
+            TOKENS_EXCEED,
+        )
+    }
+)
+"""The one-scenario sets a step can exercise, made once (a step is noted many times a second)."""
 
 
 def step_scenarios(
@@ -96,30 +113,31 @@ def step_scenarios(
 ) -> frozenset[SpecScenario]:
     """The spec scenarios a step of ``kind`` exercises, from the prediction before it."""
     if kind == "reserve_capacity":
-        return frozenset({CAPACITY})
-    if prediction.life_state is RunState.RUNNING:
-        if kind == "execute" and policy is not None and prediction.live():
+        return _ONLY[CAPACITY]
+    state, ref = prediction.life_state, prediction.ref
+    if state is RunState.RUNNING:
+        past = ref.now_ns >= prediction.config.deadline_ns
+        if kind == "execute" and policy is not None and not past:
             return retry_scenarios(policy, script)
-        found = _live_scenario(kind, prediction, reason)
+        found = _live_scenario(kind, past=past, reason=reason)
     else:
-        found = _late_scenario(kind, prediction)
-    return frozenset() if found is None else frozenset({found})
+        found = _late_scenario(kind, state, ref)
+    return _NOTHING if found is None else _ONLY[found]
 
 
 def _live_scenario(
-    kind: str, prediction: Prediction, reason: CancellationReason | None
+    kind: str, *, past: bool, reason: CancellationReason | None
 ) -> SpecScenario | None:
     """A step on a running run: a gate past the deadline, or the step's own scenario."""
-    if kind in _GATES and prediction.ref.now_ns >= prediction.config.deadline_ns:
+    if kind in _GATES and past:
         return DEADLINE_BEFORE_TOOL
     if kind == "cancel" and reason is not CancellationReason.CLIENT_DISCONNECTED:
         return None
     return _LIVE_STEP.get(kind)
 
 
-def _late_scenario(kind: str, prediction: Prediction) -> SpecScenario | None:
+def _late_scenario(kind: str, state: RunState, ref: Reference) -> SpecScenario | None:
     """The run is over: an ending must not replace the first outcome, a gate must refuse."""
-    ref, state = prediction.ref, prediction.life_state
     if (
         state is RunState.CANCELLED
         and ref.first_reason is CancellationReason.CLIENT_DISCONNECTED
