@@ -81,7 +81,7 @@ from diagnosis_harness._generated.tables import (
 )
 from diagnosis_harness.modelcheck import TransitionCoverage
 from diagnosis_harness.modelcheck._models import LiveModels, ModelTiming
-from diagnosis_harness.modelcheck._probe import Attempt, Effect, ProbeConfig, RunProbe
+from diagnosis_harness.modelcheck._probe_script import Attempt, Effect
 from diagnosis_harness.modelcheck._stateful import (
     MACHINES,
     MachineStats,
@@ -93,6 +93,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from diagnosis_harness.modelcheck._models import ModelInstance
+    from diagnosis_harness.modelcheck._probe import RunProbe
+    from diagnosis_harness.modelcheck._probe_config import ProbeConfig
 
 RESULTS = Path(__file__).parent / "results"
 MODES = ("full", "runtime only", "model only")

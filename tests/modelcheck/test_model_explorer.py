@@ -43,7 +43,8 @@ from diagnosis_harness.modelcheck._planted import (
     retry_ignores_cancellation,
     tool_total_before_check,
 )
-from diagnosis_harness.modelcheck._probe import Attempt, Effect, ProbeConfig, policies_with_thrice
+from diagnosis_harness.modelcheck._probe_config import ProbeConfig, policies_with_thrice
+from diagnosis_harness.modelcheck._probe_script import Attempt, Effect
 
 if TYPE_CHECKING:
     from diagnosis_harness._cancellation import Pending

@@ -331,7 +331,7 @@ def test_a_violated_property_is_charged_to_its_scenario_with_the_spin_trail(
         return (broken, fine)
 
     monkeypatch.setattr(_spin, "build_models", build_models)
-    result = _spin.check("ci", 3)
+    result = _spin.run_spin("ci", 3)
     assert not result.passed
     verdicts = {r.scenario: r.passed for r in result.scenarios}
     assert verdicts == {

@@ -6,9 +6,12 @@ package checks the first against the second, from an installed wheel
 (``diagnosis-harness model-check``), one idea per module:
 
 * :mod:`._models` -- the generated models as the checks step them (live, or memoized);
-* :mod:`._probe` -- the :class:`RunProbe` every check drives: one real run, its models, a
-  reference of plain counters, the invariants (the spec's sentences), and which spec scenarios
-  each step exercises;
+* :mod:`._probe` -- the :class:`RunProbe` every check drives: one real run stepped beside its
+  prediction (:mod:`._probe_prediction`: the models, and :mod:`._probe_reference`, a reference of
+  plain counters), checked by the invariants (:mod:`._probe_invariants`, the spec's sentences),
+  each step charged to the spec scenarios it exercises (:mod:`._probe_scenarios`); retry
+  executions (:mod:`._probe_retry`) follow scripts (:mod:`._probe_script`), on the run a
+  :mod:`._probe_config` describes;
 * :mod:`._explorer` -- the exhaustive breadth-first explorer of each table's reachable states and
   of every event sequence up to depth 4;
 * :mod:`._stateful` -- Hypothesis ``RuleBasedStateMachine`` s driving one run through any

@@ -234,7 +234,7 @@ def _checks(
         results.append(run_checks(profile, tick=tick))
     if args.spin:
         with steps.step("spin") as tick:
-            results.append(_spin.check(_SPIN_PROFILE[profile], args.racers, tick=tick))
+            results.append(_spin.run_spin(_SPIN_PROFILE[profile], args.racers, tick=tick))
     else:
         results.append(
             CheckResult(

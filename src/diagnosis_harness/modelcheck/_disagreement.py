@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["Disagreement"]
+__all__ = ["Disagreement", "disagree"]
 
 
 class Disagreement(AssertionError):
@@ -18,3 +18,12 @@ class Disagreement(AssertionError):
         self.message = message
         self.model = model
         self.runtime = runtime
+
+
+def disagree(message: str, *, model: object = None, runtime: object = None) -> Disagreement:
+    """A :class:`Disagreement` with each answer given shown as its ``str`` (``None``: not given)."""
+    return Disagreement(
+        message,
+        model=None if model is None else str(model),
+        runtime=None if runtime is None else str(runtime),
+    )

@@ -38,8 +38,11 @@ from ._counterexample import Counterexample
 from ._coverage import TransitionCoverage
 from ._disagreement import Disagreement
 from ._models import MemoModels
-from ._probe import EXPLICIT_REASONS, THRICE, Attempt, Effect, ProbeConfig, RunProbe
-from ._probe import policies_with_thrice as _policies
+from ._probe import RunProbe
+from ._probe_config import THRICE, ProbeConfig
+from ._probe_config import policies_with_thrice as _policies
+from ._probe_prediction import EXPLICIT_REASONS
+from ._probe_script import Attempt, Effect
 from ._results import CheckResult, ScenarioResult, ScenarioTally
 from ._spec_scenarios import (
     BUDGET_WINS,
@@ -84,7 +87,7 @@ SCENARIOS: Final[tuple[SpecScenario, ...]] = (
     RETRY_TOOL_FAILS,
     RETRY_CANCELLED,
 )
-"""The spec scenarios the explorer's steps exercise (see ``RunProbe._scenarios``)."""
+"""The spec scenarios the explorer's steps exercise (see ``_probe_scenarios.step_scenarios``)."""
 
 _NS = 1_000_000_000
 _TOOL_A = "search"

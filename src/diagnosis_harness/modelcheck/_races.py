@@ -1,17 +1,21 @@
 """The race scenarios the deterministic scheduler checks, each tied to one spec scenario.
 
-Theory of operation. A :class:`Scenario` builds fresh objects per schedule -- a run on an
-:class:`ActorClock` with the scheduler's lock, callbacks that record where they ran -- returns
-the racing actors and a check of the spec's invariant, which runs after every complete schedule
-and raises :class:`~._scheduler.InvariantViolation`. Each scenario names the one
-(requirement, scenario) of the spec it exercises (``requirement``, ``spec_scenario``): a
-violation is charged to it alone. The builders: :func:`terminal_race`,
+Theory of operation. A :class:`Scenario` builds fresh objects per schedule and returns the racing
+actors and a check of the spec's invariant, which runs after every complete schedule and raises
+:class:`~._scheduler.InvariantViolation`. Each race is one small :class:`Race` class: its
+constructor makes the schedule's fresh objects -- a run on an :class:`ActorClock` with the
+scheduler's lock, callbacks that record where they ran -- :meth:`Race.actors` returns the racers
+and :meth:`Race.verdict` is the check. Invariant: a :class:`Race` object lives for one schedule
+only, so nothing one schedule did is seen by the next. Each scenario names the one (requirement,
+scenario) of the spec it exercises (``requirement``, ``spec_scenario``): a violation is charged
+to it alone. The builders, which the profiles and the tests call: :func:`terminal_race`,
 :func:`registration_race`, :func:`reservation_race`, :func:`model_call_race`,
-:func:`snapshot_race` and :func:`capacity_race`.
+:func:`snapshot_race`, :func:`capacity_race` and :func:`usage_race`.
 """
 
 from __future__ import annotations
 
+import abc
 from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, final
@@ -46,6 +50,7 @@ if TYPE_CHECKING:
 
     from .._cancellation import Registration
     from .._endings import RunTermination
+    from ._spec_scenarios import SpecScenario
 
 __all__ = [
     "BUDGET_WINS",
@@ -55,7 +60,15 @@ __all__ = [
     "RACERS",
     "TERMINAL",
     "ActorClock",
+    "CapacityRace",
+    "ModelCallRace",
+    "Race",
+    "RegistrationRace",
+    "ReservationRace",
     "Scenario",
+    "SnapshotRace",
+    "TerminalRace",
+    "UsageRace",
     "capacity_race",
     "model_call_race",
     "registration_race",
@@ -132,6 +145,39 @@ class Scenario:
             raise wrapped from error
 
 
+class Race(abc.ABC):
+    """One schedule of a race: the constructor makes its fresh objects (before any actor runs),
+    :meth:`actors` the racers, :meth:`verdict` the invariant once every actor has finished."""
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def actors(self) -> list[Callable[[], object]]:
+        """The racing actors, in the order of the scenario's ``actor_names``."""
+
+    @abc.abstractmethod
+    def verdict(self) -> str:
+        """Raise :class:`InvariantViolation`, or return a short label of the outcome."""
+
+
+def _scenario(
+    name: str,
+    spec: SpecScenario,
+    actor_names: tuple[str, ...],
+    make: Callable[[Scheduler, SchedLock], Race],
+) -> Scenario:
+    """A :class:`Scenario` whose every schedule races a fresh ``make(scheduler, lock)``."""
+
+    def build(
+        scheduler: Scheduler, lock: SchedLock
+    ) -> tuple[list[Callable[[], object]], Callable[[], str]]:
+        race = make(scheduler, lock)
+        return race.actors(), race.verdict
+
+    requirement, spec_scenario = spec
+    return Scenario(name, requirement, spec_scenario, actor_names, build)
+
+
 EARLY_NS: Final = 0
 LATE_NS: Final = 1_000  # the deadline in the scenarios' runs
 
@@ -171,7 +217,7 @@ def _limits(
     )
 
 
-def _run(
+def _new_run(
     scheduler: Scheduler,
     lock: SchedLock,
     late: frozenset[int],
@@ -204,134 +250,160 @@ RACERS: Final = {
 TERMINAL_CALLBACKS: Final = 2  # registered before the race
 
 
+# -- the terminal race -----------------------------------------------------------------------------
+
+
+@final
+class TerminalRace(Race):
+    """Racers each finishing one run a different way (names from :data:`RACERS`).
+
+    Invariant: exactly one terminal outcome and one winner, whose state it is; every finish
+    result and every error carries that one termination; every callback registered before the
+    race ran exactly once, on the winner's thread, with the reason matching the outcome; the
+    budget is exhausted exactly when that is the outcome.
+    """
+
+    __slots__ = ("_claims", "_ctx", "_delivered", "_racers", "_scheduler", "_seen")
+
+    def __init__(self, scheduler: Scheduler, lock: SchedLock, racers: tuple[str, ...]) -> None:
+        self._scheduler = scheduler
+        self._racers = racers
+        late = frozenset(i for i, name in enumerate(racers) if name == "deadline")
+        self._ctx = _new_run(scheduler, lock, late, tool_calls=1, per_tool_calls=1)
+        self._ctx.reserve_tool_call("t")  # the one Tool call allowed: the budget racer's exceeds it
+        self._delivered: list[list[tuple[CancellationReason, int | None]]] = [
+            [] for _ in range(TERMINAL_CALLBACKS)
+        ]
+        for record in self._delivered:
+            self._ctx.cancellation.register(self._callback(record))
+        self._claims: dict[int, bool] = {}  # actor -> whether its call says it ended the run
+        self._seen: dict[int, RunTermination] = {}  # actor -> the termination its call returned
+
+    def _callback(
+        self, record: list[tuple[CancellationReason, int | None]]
+    ) -> Callable[[CancellationReason], None]:
+        def callback(reason: CancellationReason) -> None:
+            record.append((reason, self._scheduler.current()))
+
+        return callback
+
+    def actors(self) -> list[Callable[[], object]]:
+        return [self._actor(index, name) for index, name in enumerate(self._racers)]
+
+    def _actor(self, index: int, name: str) -> Callable[[], None]:
+        if name in ("succeed", "fail"):
+            return lambda: self._finish(index, name)
+        if name.startswith("cancel"):
+            return lambda: self._cancel(index, name)
+        if name == "deadline":
+            return lambda: self._deadline(index)
+        return lambda: self._budget(index)
+
+    def _finish(self, index: int, name: str) -> None:
+        lifecycle = self._ctx.lifecycle
+        result = lifecycle.succeed() if name == "succeed" else lifecycle.fail("x")
+        self._claims[index] = result.changed
+        self._seen[index] = result.termination
+
+    def _cancel(self, index: int, name: str) -> None:
+        self._claims[index] = self._ctx.cancellation.cancel(RACERS[name][1])
+
+    def _deadline(self, index: int) -> None:
+        try:
+            self._ctx.check(Boundary.TOOL)
+        except RunTimedOut as error:  # only this racer reads the clock at the deadline
+            self._claims[index] = True
+            self._seen[index] = error.termination
+        except RunTerminated as error:
+            self._claims[index] = False
+            self._seen[index] = error.termination
+        else:
+            raise InvariantViolation("check() passed at the deadline")
+
+    def _budget(self, index: int) -> None:
+        try:
+            self._ctx.reserve_tool_call("t")
+        except BudgetExhausted as error:  # only this racer reserves
+            self._claims[index] = True
+            self._seen[index] = error.termination
+        except RunTerminated as error:
+            self._claims[index] = False
+            self._seen[index] = error.termination
+        else:
+            raise InvariantViolation("a Tool call past the budget was reserved")
+
+    def verdict(self) -> str:
+        ctx, racers = self._ctx, self._racers
+        termination = ctx.lifecycle.termination
+        if termination is None:
+            raise InvariantViolation("the run has no terminal outcome")
+        if ctx.lifecycle.state is not termination.state:
+            raise InvariantViolation(f"state {ctx.lifecycle.state} but termination {termination}")
+        winners = [racers[i] for i in sorted(self._claims) if self._claims[i]]
+        if len(winners) != 1:
+            raise InvariantViolation(f"{len(winners)} racers claim the win: {winners}")
+        winner = winners[0]
+        if termination.state is not RACERS[winner][0]:
+            raise InvariantViolation(f"{winner} won but the run is {termination.state.name}")
+        for index, other in self._seen.items():
+            if other is not termination:
+                raise InvariantViolation(
+                    f"{racers[index]} saw {other}, the run ended {termination}"
+                )
+        self._check_delivery(winner)
+        self._check_budget(termination)
+        return winner
+
+    def _check_delivery(self, winner: str) -> None:
+        """The cancellation's reason is the winner's; each callback ran once, on its thread."""
+        reason = RACERS[winner][1]
+        if self._ctx.cancellation.reason is not reason:
+            raise InvariantViolation(
+                f"cancellation reason {self._ctx.cancellation.reason}, expected {reason}"
+            )
+        owner = self._racers.index(winner)
+        for number, record in enumerate(self._delivered):
+            if record != [(reason, owner)]:
+                raise InvariantViolation(
+                    f"callback {number} ran {record}; expected once with {reason.name} "
+                    f"on {winner}'s thread (actor {owner})"
+                )
+
+    def _check_budget(self, termination: RunTermination) -> None:
+        """The refused Tool call was not counted; the budget is exhausted iff that is the end."""
+        usage = self._ctx.budget.snapshot()
+        if usage.tool_calls != 1 or dict(usage.per_tool_calls) != {"t": 1}:
+            raise InvariantViolation(f"the refused Tool call was counted: {usage}")
+        if (usage.exhausted is not None) is not (termination.state is RunState.BUDGET_EXHAUSTED):
+            raise InvariantViolation(
+                f"budget exhausted={usage.exhausted} but the run is {termination}"
+            )
+
+
 def terminal_race(*racers: str) -> Scenario:
     """N racers finishing one run, each a different way (names from :data:`RACERS`).
 
     ``succeed()``, ``fail("x")``, ``cancel(USER_REQUESTED)``, ``cancel(CLIENT_DISCONNECTED)``,
     a ``check()`` that reads the clock at the deadline, and a ``reserve_tool_call`` past a
-    Tool-call budget already used up. Invariant: exactly one terminal outcome and one winner,
-    whose state it is; every finish result and every error carries that one termination; every
-    callback registered before the race ran exactly once, on the winner's thread, with the reason
-    matching the outcome; the budget is exhausted exactly when that is the outcome.
+    Tool-call budget already used up. The invariant is :class:`TerminalRace`'s.
     """
     unknown = [name for name in racers if name not in RACERS]
     if unknown or len(set(racers)) != len(racers) or not racers:
         raise ValueError(f"racers must be distinct names from {sorted(RACERS)}, got {racers}")
-
-    def build(
-        scheduler: Scheduler, lock: SchedLock
-    ) -> tuple[list[Callable[[], object]], Callable[[], str]]:
-        late = frozenset(i for i, name in enumerate(racers) if name == "deadline")
-        ctx = _run(scheduler, lock, late, tool_calls=1, per_tool_calls=1)
-        ctx.reserve_tool_call("t")  # the one Tool call allowed: the budget racer's exceeds it
-        delivered: list[list[tuple[CancellationReason, int | None]]] = [
-            [] for _ in range(TERMINAL_CALLBACKS)
-        ]
-        for record in delivered:
-
-            def callback(
-                reason: CancellationReason,
-                record: list[tuple[CancellationReason, int | None]] = record,
-            ) -> None:
-                record.append((reason, scheduler.current()))
-
-            ctx.cancellation.register(callback)
-        claims: dict[int, bool] = {}
-        seen: dict[int, RunTermination] = {}
-
-        def make(index: int, name: str) -> Callable[[], None]:
-            def finish() -> None:
-                lifecycle = ctx.lifecycle
-                result = lifecycle.succeed() if name == "succeed" else lifecycle.fail("x")
-                claims[index] = result.changed
-                seen[index] = result.termination
-
-            def cancel() -> None:
-                reason = RACERS[name][1]
-                claims[index] = ctx.cancellation.cancel(reason)
-
-            def deadline() -> None:
-                try:
-                    ctx.check(Boundary.TOOL)
-                except RunTimedOut as error:  # only this racer reads the clock at the deadline
-                    claims[index] = True
-                    seen[index] = error.termination
-                except RunTerminated as error:
-                    claims[index] = False
-                    seen[index] = error.termination
-                else:
-                    raise InvariantViolation("check() passed at the deadline")
-
-            def budget() -> None:
-                try:
-                    ctx.reserve_tool_call("t")
-                except BudgetExhausted as error:  # only this racer reserves
-                    claims[index] = True
-                    seen[index] = error.termination
-                except RunTerminated as error:
-                    claims[index] = False
-                    seen[index] = error.termination
-                else:
-                    raise InvariantViolation("a Tool call past the budget was reserved")
-
-            if name in ("succeed", "fail"):
-                return finish
-            if name.startswith("cancel"):
-                return cancel
-            return deadline if name == "deadline" else budget
-
-        actors: list[Callable[[], object]] = [make(i, name) for i, name in enumerate(racers)]
-
-        def check() -> str:
-            termination = ctx.lifecycle.termination
-            if termination is None:
-                raise InvariantViolation("the run has no terminal outcome")
-            if ctx.lifecycle.state is not termination.state:
-                raise InvariantViolation(
-                    f"state {ctx.lifecycle.state} but termination {termination}"
-                )
-            winners = [racers[i] for i in sorted(claims) if claims[i]]
-            if len(winners) != 1:
-                raise InvariantViolation(f"{len(winners)} racers claim the win: {winners}")
-            winner = winners[0]
-            state, reason = RACERS[winner]
-            if termination.state is not state:
-                raise InvariantViolation(f"{winner} won but the run is {termination.state.name}")
-            for index, other in seen.items():
-                if other is not termination:
-                    raise InvariantViolation(
-                        f"{racers[index]} saw {other}, the run ended {termination}"
-                    )
-            if ctx.cancellation.reason is not reason:
-                raise InvariantViolation(
-                    f"cancellation reason {ctx.cancellation.reason}, expected {reason}"
-                )
-            owner = racers.index(winner)
-            for number, record in enumerate(delivered):
-                if record != [(reason, owner)]:
-                    raise InvariantViolation(
-                        f"callback {number} ran {record}; expected once with {reason.name} "
-                        f"on {winner}'s thread (actor {owner})"
-                    )
-            usage = ctx.budget.snapshot()
-            if usage.tool_calls != 1 or dict(usage.per_tool_calls) != {"t": 1}:
-                raise InvariantViolation(f"the refused Tool call was counted: {usage}")
-            if (usage.exhausted is not None) is not (
-                termination.state is RunState.BUDGET_EXHAUSTED
-            ):
-                raise InvariantViolation(
-                    f"budget exhausted={usage.exhausted} but the run is {termination}"
-                )
-            return winner
-
-        return actors, check
-
-    label = "+".join(racers)
-    requirement, spec_scenario = BUDGET_WINS if "budget" in racers else TERMINAL
-    return Scenario(f"terminal[{label}]", requirement, spec_scenario, tuple(racers), build)
+    spec = BUDGET_WINS if "budget" in racers else TERMINAL
+    return _scenario(
+        f"terminal[{'+'.join(racers)}]",
+        spec,
+        tuple(racers),
+        lambda scheduler, lock: TerminalRace(scheduler, lock, tuple(racers)),
+    )
 
 
-def registration_race(registrars: int, per_registrar: int = 1) -> Scenario:
+# -- callback registration racing a cancel ---------------------------------------------------------
+
+
+@final
+class RegistrationRace(Race):
     """Callback registration racing ``cancel(CLIENT_DISCONNECTED)``.
 
     Invariant: the cancel wins and the run is ``CANCELLED``; every callback ran exactly once with
@@ -339,169 +411,220 @@ def registration_race(registrars: int, per_registrar: int = 1) -> Scenario:
     registrar's thread before ``register()`` returned; nothing stays registered; later Model and
     Tool boundaries are rejected with the same termination.
     """
-    names = (*(f"register{j}" for j in range(registrars)), "cancel")
-    canceller = registrars
 
-    def build(
-        scheduler: Scheduler, lock: SchedLock
-    ) -> tuple[list[Callable[[], object]], Callable[[], str]]:
-        ctx = _run(scheduler, lock, frozenset())
+    __slots__ = (
+        "_ctx",
+        "_inline",
+        "_per_registrar",
+        "_ran",
+        "_registrars",
+        "_registrations",
+        "_scheduler",
+        "_won",
+    )
+
+    def __init__(
+        self, scheduler: Scheduler, lock: SchedLock, registrars: int, per_registrar: int
+    ) -> None:
+        self._scheduler = scheduler
+        self._registrars = registrars
+        self._per_registrar = per_registrar
+        self._ctx = _new_run(scheduler, lock, frozenset())
         keys = range(registrars * per_registrar)
-        ran: dict[int, list[tuple[CancellationReason, int | None]]] = {k: [] for k in keys}
-        inline: dict[int, bool] = {}
-        registrations: dict[int, Registration] = {}
-        won: list[bool] = []
+        # callback key -> (reason, actor) of each time it ran
+        self._ran: dict[int, list[tuple[CancellationReason, int | None]]] = {k: [] for k in keys}
+        self._inline: dict[int, bool] = {}  # key -> whether it had run when register() returned
+        self._registrations: dict[int, Registration] = {}
+        self._won: list[bool] = []  # what the one cancel() returned
 
-        def registrar(j: int) -> Callable[[], None]:
-            def register_all() -> None:
-                for key in range(j * per_registrar, (j + 1) * per_registrar):
+    def actors(self) -> list[Callable[[], object]]:
+        actors: list[Callable[[], object]] = [self._registrar(j) for j in range(self._registrars)]
+        actors.append(self._cancel)
+        return actors
 
-                    def callback(reason: CancellationReason, key: int = key) -> None:
-                        ran[key].append((reason, scheduler.current()))
+    def _registrar(self, j: int) -> Callable[[], None]:
+        def register_all() -> None:
+            for key in range(j * self._per_registrar, (j + 1) * self._per_registrar):
+                self._registrations[key] = self._ctx.cancellation.register(self._callback(key))
+                self._inline[key] = bool(self._ran[key])
 
-                    registrations[key] = ctx.cancellation.register(callback)
-                    inline[key] = bool(ran[key])
+        return register_all
 
-            return register_all
+    def _callback(self, key: int) -> Callable[[CancellationReason], None]:
+        def callback(reason: CancellationReason) -> None:
+            self._ran[key].append((reason, self._scheduler.current()))
 
-        def cancel() -> None:
-            won.append(ctx.cancellation.cancel(CancellationReason.CLIENT_DISCONNECTED))
+        return callback
 
-        actors: list[Callable[[], object]] = [registrar(j) for j in range(registrars)]
-        actors.append(cancel)
+    def _cancel(self) -> None:
+        self._won.append(self._ctx.cancellation.cancel(CancellationReason.CLIENT_DISCONNECTED))
 
-        def check() -> str:
-            if won != [True]:
-                raise InvariantViolation(f"the one cancel() returned {won}")
-            termination = ctx.lifecycle.termination
-            if termination is None or termination.state is not RunState.CANCELLED:
-                raise InvariantViolation(f"the run ended {termination}, expected CANCELLED")
-            late = 0
-            for key, record in ran.items():
-                owner = key // per_registrar
-                if len(record) != 1 or record[0][0] is not CancellationReason.CLIENT_DISCONNECTED:
-                    raise InvariantViolation(
-                        f"callback {key} ran {record}; expected once, CLIENT_DISCONNECTED"
-                    )
-                where = record[0][1]
-                if where == owner:
-                    if not inline[key]:
-                        raise InvariantViolation(
-                            f"late callback {key} ran on its registrar, but not inline"
-                        )
-                    late += 1
-                elif where != canceller:
-                    raise InvariantViolation(f"callback {key} ran on actor {where}")
-            if any(registration.unregister() for registration in registrations.values()):
-                raise InvariantViolation("a callback was still registered after the cancellation")
-            for boundary in (Boundary.MODEL, Boundary.TOOL):
-                try:
-                    ctx.check(boundary)
-                except RunTerminated as error:
-                    if error.termination is not termination:
-                        raise InvariantViolation(f"{boundary} saw {error.termination}") from None
-                else:
-                    raise InvariantViolation(
-                        f"the {boundary.name} boundary passed after the cancellation"
-                    )
-            return f"{late} late"
+    def verdict(self) -> str:
+        if self._won != [True]:
+            raise InvariantViolation(f"the one cancel() returned {self._won}")
+        termination = self._ctx.lifecycle.termination
+        if termination is None or termination.state is not RunState.CANCELLED:
+            raise InvariantViolation(f"the run ended {termination}, expected CANCELLED")
+        late = sum(self._ran_late(key, record) for key, record in self._ran.items())
+        if any(registration.unregister() for registration in self._registrations.values()):
+            raise InvariantViolation("a callback was still registered after the cancellation")
+        for boundary in (Boundary.MODEL, Boundary.TOOL):
+            self._check_rejected(boundary, termination)
+        return f"{late} late"
 
-        return actors, check
+    def _ran_late(self, key: int, record: list[tuple[CancellationReason, int | None]]) -> bool:
+        """Whether callback ``key`` ran inline on its registrar (else it ran on the canceller)."""
+        if len(record) != 1 or record[0][0] is not CancellationReason.CLIENT_DISCONNECTED:
+            raise InvariantViolation(
+                f"callback {key} ran {record}; expected once, CLIENT_DISCONNECTED"
+            )
+        where = record[0][1]
+        if where == key // self._per_registrar:
+            if not self._inline[key]:
+                raise InvariantViolation(
+                    f"late callback {key} ran on its registrar, but not inline"
+                )
+            return True
+        if where != self._registrars:  # the canceller is the last actor
+            raise InvariantViolation(f"callback {key} ran on actor {where}")
+        return False
 
-    return Scenario(
+    def _check_rejected(self, boundary: Boundary, termination: RunTermination) -> None:
+        try:
+            self._ctx.check(boundary)
+        except RunTerminated as error:
+            if error.termination is not termination:
+                raise InvariantViolation(f"{boundary} saw {error.termination}") from None
+        else:
+            raise InvariantViolation(f"the {boundary.name} boundary passed after the cancellation")
+
+
+def registration_race(registrars: int, per_registrar: int = 1) -> Scenario:
+    """Callback registration racing ``cancel(CLIENT_DISCONNECTED)`` (see
+    :class:`RegistrationRace`)."""
+    return _scenario(
         f"registration[{registrars}x{per_registrar}+cancel]",
-        *CLIENT_DISCONNECTS,
-        names,
-        build,
+        CLIENT_DISCONNECTS,
+        (*(f"register{j}" for j in range(registrars)), "cancel"),
+        lambda scheduler, lock: RegistrationRace(scheduler, lock, registrars, per_registrar),
     )
 
 
-def reservation_race(
-    plans: Sequence[Sequence[str]], *, tool_calls: int, per_tool_calls: int
-) -> Scenario:
-    """Per-Tool and total Tool-call reservations racing; actor ``i`` reserves ``plans[i]`` in turn.
+# -- Tool-call reservations racing -----------------------------------------------------------------
+
+
+@final
+class ReservationRace(Race):
+    """Per-Tool and total Tool-call reservations racing; actor ``i`` reserves ``plans[i]``.
 
     An actor stops at its first refusal (the run is then over). Invariant: the counters equal the
     granted calls (refusals reserve nothing, no update is lost), total == sum per Tool, no limit is
     passed; a refusal ends the run as ``BUDGET_EXHAUSTED`` on a limit that is really reached.
     """
-    frozen = tuple(tuple(plan) for plan in plans)
-    names = tuple(f"reserve[{','.join(plan)}]" for plan in frozen)
 
-    def build(
-        scheduler: Scheduler, lock: SchedLock
-    ) -> tuple[list[Callable[[], object]], Callable[[], str]]:
-        ctx = _run(
+    __slots__ = ("_ctx", "_granted", "_per_tool_calls", "_plans", "_refused", "_tool_calls")
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        lock: SchedLock,
+        plans: tuple[tuple[str, ...], ...],
+        *,
+        tool_calls: int,
+        per_tool_calls: int,
+    ) -> None:
+        self._plans = plans
+        self._tool_calls = tool_calls
+        self._per_tool_calls = per_tool_calls
+        self._ctx = _new_run(
             scheduler, lock, frozenset(), tool_calls=tool_calls, per_tool_calls=per_tool_calls
         )
-        granted: list[str] = []
-        refused: list[RunTerminated] = []
+        self._granted: list[str] = []
+        self._refused: list[RunTerminated] = []
 
-        def reserver(plan: tuple[str, ...]) -> Callable[[], None]:
-            def reserve_all() -> None:
-                for tool in plan:
-                    try:
-                        ctx.reserve_tool_call(tool)
-                    except RunTerminated as error:
-                        refused.append(error)
-                        return
-                    granted.append(tool)
+    def actors(self) -> list[Callable[[], object]]:
+        return [self._reserver(plan) for plan in self._plans]
 
-            return reserve_all
+    def _reserver(self, plan: tuple[str, ...]) -> Callable[[], None]:
+        def reserve_all() -> None:
+            for tool in plan:
+                try:
+                    self._ctx.reserve_tool_call(tool)
+                except RunTerminated as error:
+                    self._refused.append(error)
+                    return
+                self._granted.append(tool)
 
-        actors: list[Callable[[], object]] = [reserver(plan) for plan in frozen]
+        return reserve_all
 
-        def check() -> str:
-            usage = ctx.budget.snapshot()
-            per_tool = dict(usage.per_tool_calls)
-            want = dict(Counter(granted))
-            if usage.tool_calls != len(granted) or per_tool != want:
-                raise InvariantViolation(
-                    f"counted {usage.tool_calls} total, {per_tool} per Tool; "
-                    f"granted {len(granted)}: {want}"
-                )
-            if sum(per_tool.values()) != usage.tool_calls:
-                raise InvariantViolation(f"total {usage.tool_calls} != sum per Tool {per_tool}")
-            if usage.tool_calls > tool_calls or any(n > per_tool_calls for n in per_tool.values()):
-                raise InvariantViolation(f"over-reserved: {usage}")
-            termination = ctx.lifecycle.termination
-            if not refused:
-                if termination is not None or usage.exhausted is not None:
-                    raise InvariantViolation(
-                        f"nothing refused, yet the run is {termination}, {usage}"
-                    )
-                return "all granted"
-            if termination is None or termination.state is not RunState.BUDGET_EXHAUSTED:
-                raise InvariantViolation(f"a reservation was refused, yet the run is {termination}")
-            if not all(isinstance(error, BudgetExhausted) for error in refused):
-                raise InvariantViolation(f"refusals: {refused}")
-            if any(error.termination is not termination for error in refused):
-                raise InvariantViolation("a refusal carries another termination")
-            if usage.exhausted is BudgetDimension.TOOL_CALLS:
-                reached = usage.tool_calls == tool_calls
-            elif usage.exhausted is BudgetDimension.PER_TOOL_CALLS:
-                reached = per_tool_calls in per_tool.values()
-            else:
-                reached = False
-            if not reached:
-                raise InvariantViolation(
-                    f"exhausted {usage.exhausted} but no such limit is reached: {usage}"
-                )
-            assert usage.exhausted is not None
-            return usage.exhausted.value
+    def verdict(self) -> str:
+        usage = self._ctx.budget.snapshot()
+        self._check_counted(usage)
+        termination = self._ctx.lifecycle.termination
+        if not self._refused:
+            if termination is not None or usage.exhausted is not None:
+                raise InvariantViolation(f"nothing refused, yet the run is {termination}, {usage}")
+            return "all granted"
+        if termination is None or termination.state is not RunState.BUDGET_EXHAUSTED:
+            raise InvariantViolation(f"a reservation was refused, yet the run is {termination}")
+        if not all(isinstance(error, BudgetExhausted) for error in self._refused):
+            raise InvariantViolation(f"refusals: {self._refused}")
+        if any(error.termination is not termination for error in self._refused):
+            raise InvariantViolation("a refusal carries another termination")
+        if not self._reached(usage):
+            raise InvariantViolation(
+                f"exhausted {usage.exhausted} but no such limit is reached: {usage}"
+            )
+        assert usage.exhausted is not None
+        return usage.exhausted.value
 
-        return actors, check
+    def _check_counted(self, usage: BudgetUsage) -> None:
+        """The counters equal the granted calls; total == sum per Tool; no limit passed."""
+        per_tool = dict(usage.per_tool_calls)
+        want = dict(Counter(self._granted))
+        if usage.tool_calls != len(self._granted) or per_tool != want:
+            raise InvariantViolation(
+                f"counted {usage.tool_calls} total, {per_tool} per Tool; "
+                f"granted {len(self._granted)}: {want}"
+            )
+        if sum(per_tool.values()) != usage.tool_calls:
+            raise InvariantViolation(f"total {usage.tool_calls} != sum per Tool {per_tool}")
+        if usage.tool_calls > self._tool_calls or any(
+            n > self._per_tool_calls for n in per_tool.values()
+        ):
+            raise InvariantViolation(f"over-reserved: {usage}")
 
-    return Scenario(
+    def _reached(self, usage: BudgetUsage) -> bool:
+        """Whether the limit the budget says it exhausted is really reached."""
+        if usage.exhausted is BudgetDimension.TOOL_CALLS:
+            return usage.tool_calls == self._tool_calls
+        if usage.exhausted is BudgetDimension.PER_TOOL_CALLS:
+            return self._per_tool_calls in dict(usage.per_tool_calls).values()
+        return False
+
+
+def reservation_race(
+    plans: Sequence[Sequence[str]], *, tool_calls: int, per_tool_calls: int
+) -> Scenario:
+    """Per-Tool and total Tool-call reservations racing; actor ``i`` reserves ``plans[i]`` in turn
+    (see :class:`ReservationRace`)."""
+    frozen = tuple(tuple(plan) for plan in plans)
+    return _scenario(
         f"reservations[{' | '.join(','.join(p) for p in frozen)}; "
         f"total {tool_calls}, per Tool {per_tool_calls}]",
-        *PER_TOOL,
-        names,
-        build,
+        PER_TOOL,
+        tuple(f"reserve[{','.join(plan)}]" for plan in frozen),
+        lambda scheduler, lock: ReservationRace(
+            scheduler, lock, frozen, tool_calls=tool_calls, per_tool_calls=per_tool_calls
+        ),
     )
 
 
-def model_call_race(calls: Sequence[int], *, limit: int) -> Scenario:
+# -- Model-call reservations racing ----------------------------------------------------------------
+
+
+@final
+class ModelCallRace(Race):
     """Model-call reservations racing; actor ``i`` reserves ``calls[i]`` Model calls in turn.
 
     Every call of one actor after its first is the plain granted path, so a reservation that
@@ -509,133 +632,167 @@ def model_call_race(calls: Sequence[int], *, limit: int) -> Scenario:
     counter equals the granted calls and never passes the limit; a refusal ends the run as
     ``BUDGET_EXHAUSTED`` on ``MODEL_CALLS`` with the limit really reached.
     """
+
+    __slots__ = ("_calls", "_ctx", "_granted", "_limit", "_refused")
+
+    def __init__(
+        self, scheduler: Scheduler, lock: SchedLock, calls: tuple[int, ...], *, limit: int
+    ) -> None:
+        self._calls = calls
+        self._limit = limit
+        self._ctx = _new_run(scheduler, lock, frozenset(), model_calls=limit)
+        self._granted: list[int] = []  # the actor of each granted call
+        self._refused: list[RunTerminated] = []
+
+    def actors(self) -> list[Callable[[], object]]:
+        return [self._reserver(i, n) for i, n in enumerate(self._calls)]
+
+    def _reserver(self, actor: int, n: int) -> Callable[[], None]:
+        def reserve_all() -> None:
+            for _ in range(n):
+                try:
+                    self._ctx.reserve_model_call()
+                except RunTerminated as error:
+                    self._refused.append(error)
+                    return
+                self._granted.append(actor)
+
+        return reserve_all
+
+    def verdict(self) -> str:
+        usage, limit = self._ctx.budget.snapshot(), self._limit
+        if usage.model_calls != len(self._granted) or usage.model_calls > limit:
+            raise InvariantViolation(
+                f"counted {usage.model_calls} Model calls, granted {len(self._granted)}, "
+                f"limit {limit}"
+            )
+        if not self._refused:
+            return "all granted"
+        exhausted = usage.exhausted is BudgetDimension.MODEL_CALLS
+        if not exhausted or usage.model_calls != limit:
+            raise InvariantViolation(f"refused with {usage}")
+        return "exhausted"
+
+
+def model_call_race(calls: Sequence[int], *, limit: int) -> Scenario:
+    """Model-call reservations racing; actor ``i`` reserves ``calls[i]`` Model calls in turn (see
+    :class:`ModelCallRace`)."""
     frozen = tuple(calls)
-    names = tuple(f"reserve_model_call x{n}" for n in frozen)
-
-    def build(
-        scheduler: Scheduler, lock: SchedLock
-    ) -> tuple[list[Callable[[], object]], Callable[[], str]]:
-        ctx = _run(scheduler, lock, frozenset(), model_calls=limit)
-        granted: list[int] = []
-        refused: list[RunTerminated] = []
-
-        def reserver(actor: int, n: int) -> Callable[[], None]:
-            def reserve_all() -> None:
-                for _ in range(n):
-                    try:
-                        ctx.reserve_model_call()
-                    except RunTerminated as error:
-                        refused.append(error)
-                        return
-                    granted.append(actor)
-
-            return reserve_all
-
-        actors: list[Callable[[], object]] = [reserver(i, n) for i, n in enumerate(frozen)]
-
-        def check() -> str:
-            usage = ctx.budget.snapshot()
-            if usage.model_calls != len(granted) or usage.model_calls > limit:
-                raise InvariantViolation(
-                    f"counted {usage.model_calls} Model calls, granted {len(granted)}, "
-                    f"limit {limit}"
-                )
-            if not refused:
-                return "all granted"
-            exhausted = usage.exhausted is BudgetDimension.MODEL_CALLS
-            if not exhausted or usage.model_calls != limit:
-                raise InvariantViolation(f"refused with {usage}")
-            return "exhausted"
-
-        return actors, check
-
-    return Scenario(
-        f"model calls[{' | '.join(map(str, frozen))}; limit {limit}]", *PER_TOOL, names, build
+    return _scenario(
+        f"model calls[{' | '.join(map(str, frozen))}; limit {limit}]",
+        PER_TOOL,
+        tuple(f"reserve_model_call x{n}" for n in frozen),
+        lambda scheduler, lock: ModelCallRace(scheduler, lock, frozen, limit=limit),
     )
 
 
-def snapshot_race(plan: Sequence[str], *, snapshots: int = 2) -> Scenario:
+# -- budget snapshots racing reservations ----------------------------------------------------------
+
+
+@final
+class SnapshotRace(Race):
     """A reader taking budget snapshots while a reserver reserves ``plan``'s Tool calls.
 
     Invariant: every snapshot is one decision -- its total equals the sum of its per-Tool counts,
     and the counts it shows are a prefix of the reservations (never more than were granted).
     """
+
+    __slots__ = ("_ctx", "_plan", "_seen", "_snapshots")
+
+    def __init__(
+        self, scheduler: Scheduler, lock: SchedLock, plan: tuple[str, ...], *, snapshots: int
+    ) -> None:
+        self._plan = plan
+        self._snapshots = snapshots
+        self._ctx = _new_run(scheduler, lock, frozenset())
+        self._seen: list[BudgetUsage] = []
+
+    def actors(self) -> list[Callable[[], object]]:
+        return [self._reserve_all, self._read]
+
+    def _reserve_all(self) -> None:
+        for tool in self._plan:
+            self._ctx.reserve_tool_call(tool)
+
+    def _read(self) -> None:
+        for _ in range(self._snapshots):
+            self._seen.append(self._ctx.budget.snapshot())
+
+    def verdict(self) -> str:
+        for usage in self._seen:
+            per_tool = dict(usage.per_tool_calls)
+            if usage.tool_calls != sum(per_tool.values()):
+                raise InvariantViolation(f"a torn snapshot: {usage.tool_calls} != {per_tool}")
+            prefix = Counter(self._plan[: usage.tool_calls])
+            if per_tool != dict(prefix):
+                raise InvariantViolation(f"snapshot {per_tool} is not a prefix of {self._plan}")
+        return "consistent"
+
+
+def snapshot_race(plan: Sequence[str], *, snapshots: int = 2) -> Scenario:
+    """A reader taking budget snapshots while a reserver reserves ``plan``'s Tool calls (see
+    :class:`SnapshotRace`)."""
     frozen = tuple(plan)
-    names = (f"reserve[{','.join(frozen)}]", f"snapshot x{snapshots}")
-
-    def build(
-        scheduler: Scheduler, lock: SchedLock
-    ) -> tuple[list[Callable[[], object]], Callable[[], str]]:
-        ctx = _run(scheduler, lock, frozenset())
-        seen: list[BudgetUsage] = []
-
-        def reserve_all() -> None:
-            for tool in frozen:
-                ctx.reserve_tool_call(tool)
-
-        def read() -> None:
-            for _ in range(snapshots):
-                seen.append(ctx.budget.snapshot())
-
-        def check() -> str:
-            for usage in seen:
-                per_tool = dict(usage.per_tool_calls)
-                if usage.tool_calls != sum(per_tool.values()):
-                    raise InvariantViolation(f"a torn snapshot: {usage.tool_calls} != {per_tool}")
-                prefix = Counter(frozen[: usage.tool_calls])
-                if per_tool != dict(prefix):
-                    raise InvariantViolation(f"snapshot {per_tool} is not a prefix of {frozen}")
-            return "consistent"
-
-        return [reserve_all, read], check
-
-    return Scenario(f"snapshot[{','.join(frozen)}]", *PER_TOOL, names, build)
+    return _scenario(
+        f"snapshot[{','.join(frozen)}]",
+        PER_TOOL,
+        (f"reserve[{','.join(frozen)}]", f"snapshot x{snapshots}"),
+        lambda scheduler, lock: SnapshotRace(scheduler, lock, frozen, snapshots=snapshots),
+    )
 
 
-def capacity_race(sizes: Sequence[Sequence[int]], *, limit: int) -> Scenario:
+# -- capacity reservations racing ------------------------------------------------------------------
+
+
+@final
+class CapacityRace(Race):
     """``RunCapacityCounter.try_reserve`` racing; actor ``i`` tries ``sizes[i]`` in turn.
 
     Invariant: never above the limit; used == the sum of accepted reservations; every refusal is
     justified by the final usage (usage only grows, so ``used + n > limit`` still holds).
     """
+
+    __slots__ = ("_accepted", "_counter", "_limit", "_rejected", "_sizes")
+
+    def __init__(self, lock: SchedLock, sizes: tuple[tuple[int, ...], ...], *, limit: int) -> None:
+        self._sizes = sizes
+        self._limit = limit
+        self._counter = RunCapacityCounter(limit, _lock=lock.as_lock())
+        self._accepted: list[int] = []
+        self._rejected: list[int] = []
+
+    def actors(self) -> list[Callable[[], object]]:
+        return [self._reserver(plan) for plan in self._sizes]
+
+    def _reserver(self, plan: tuple[int, ...]) -> Callable[[], None]:
+        def reserve_all() -> None:
+            for n in plan:
+                (self._accepted if self._counter.try_reserve(n) else self._rejected).append(n)
+
+        return reserve_all
+
+    def verdict(self) -> str:
+        used, limit = self._counter.used, self._limit
+        if used > limit:
+            raise InvariantViolation(f"used {used} > limit {limit}")
+        if used != sum(self._accepted):
+            raise InvariantViolation(f"used {used} != sum of accepted {self._accepted}")
+        if any(used + n <= limit for n in self._rejected):
+            raise InvariantViolation(
+                f"a reservation was refused although it fits: {self._rejected}, used {used}"
+            )
+        return f"used {used}"
+
+
+def capacity_race(sizes: Sequence[Sequence[int]], *, limit: int) -> Scenario:
+    """``RunCapacityCounter.try_reserve`` racing; actor ``i`` tries ``sizes[i]`` in turn (see
+    :class:`CapacityRace`)."""
     frozen = tuple(tuple(plan) for plan in sizes)
-    names = tuple(f"reserve[{','.join(map(str, plan))}]" for plan in frozen)
-
-    def build(
-        _scheduler: Scheduler, lock: SchedLock
-    ) -> tuple[list[Callable[[], object]], Callable[[], str]]:
-        counter = RunCapacityCounter(limit, _lock=lock.as_lock())
-        accepted: list[int] = []
-        rejected: list[int] = []
-
-        def reserver(plan: tuple[int, ...]) -> Callable[[], None]:
-            def reserve_all() -> None:
-                for n in plan:
-                    (accepted if counter.try_reserve(n) else rejected).append(n)
-
-            return reserve_all
-
-        actors: list[Callable[[], object]] = [reserver(plan) for plan in frozen]
-
-        def check() -> str:
-            used = counter.used
-            if used > limit:
-                raise InvariantViolation(f"used {used} > limit {limit}")
-            if used != sum(accepted):
-                raise InvariantViolation(f"used {used} != sum of accepted {accepted}")
-            if any(used + n <= limit for n in rejected):
-                raise InvariantViolation(
-                    f"a reservation was refused although it fits: {rejected}, used {used}"
-                )
-            return f"used {used}"
-
-        return actors, check
-
-    return Scenario(
+    return _scenario(
         f"capacity[{' | '.join(','.join(map(str, p)) for p in frozen)}; limit {limit}]",
-        *CAPACITY,
-        names,
-        build,
+        CAPACITY,
+        tuple(f"reserve[{','.join(map(str, plan))}]" for plan in frozen),
+        lambda _scheduler, lock: CapacityRace(lock, frozen, limit=limit),
     )
 
 
@@ -651,9 +808,19 @@ _USAGE_REASON: Final = {
     RunState.BUDGET_EXHAUSTED: CancellationReason.BUDGET_EXHAUSTED,
     RunState.CANCELLED: CancellationReason.USER_REQUESTED,
 }
+_USAGE_LIMITS: Final = BudgetLimits(
+    model_calls=1,
+    tool_calls=1,
+    per_tool_calls=1,
+    input_tokens=10,
+    output_tokens=10,
+    total_tokens=100,
+    run_bytes=1,
+)
 
 
-def usage_race(*racers: str) -> Scenario:
+@final
+class UsageRace(Race):
     """Usage reports past a token limit racing each other or a cancel, on one run.
 
     Invariant: one terminal outcome, never replaced -- each racer reads, right after its own
@@ -662,70 +829,75 @@ def usage_race(*racers: str) -> Scenario:
     after the cancel), by a limit the ending names when the ending is the budget's.
     """
 
-    def build(
-        _scheduler: Scheduler, lock: SchedLock
-    ) -> tuple[list[Callable[[], object]], Callable[[], str]]:
-        limits = BudgetLimits(
-            model_calls=1,
-            tool_calls=1,
-            per_tool_calls=1,
-            input_tokens=10,
-            output_tokens=10,
-            total_tokens=100,
-            run_bytes=1,
-        )
-        ctx = RunContext.create(
+    __slots__ = ("_ctx", "_delivered", "_racers", "_returned", "_seen")
+
+    def __init__(self, lock: SchedLock, racers: tuple[str, ...]) -> None:
+        self._racers = racers
+        self._ctx = RunContext.create(
             session_id="session-1",
             run_id="run-1",
-            limits=limits,
+            limits=_USAGE_LIMITS,
             timeout=30,
             clock=ManualClock(),
             _lock=lock.as_lock(),
         )
-        delivered: list[CancellationReason] = []
-        ctx.cancellation.register(delivered.append)
-        seen: dict[str, RunTermination | None] = {}
-        returned: dict[str, object] = {}
+        self._delivered: list[CancellationReason] = []
+        self._ctx.cancellation.register(self._delivered.append)
+        self._seen: dict[str, RunTermination | None] = {}  # racer -> the termination after its call
+        self._returned: dict[str, object] = {}  # racer -> what its call returned
 
-        def actor(name: str) -> Callable[[], None]:
-            def act() -> None:
-                returned[name] = USAGE_RACERS[name](ctx)
-                seen[name] = ctx.lifecycle.termination
+    def actors(self) -> list[Callable[[], object]]:
+        return [self._actor(name) for name in self._racers]
 
-            return act
+    def _actor(self, name: str) -> Callable[[], None]:
+        def act() -> None:
+            self._returned[name] = USAGE_RACERS[name](self._ctx)
+            self._seen[name] = self._ctx.lifecycle.termination
 
-        def check() -> str:
-            termination = ctx.lifecycle.termination
-            if termination is None or ctx.lifecycle.state is not termination.state:
-                raise InvariantViolation(f"state {ctx.lifecycle.state}, termination {termination}")
-            for name, other in seen.items():
-                if other is not termination:
-                    raise InvariantViolation(f"{name} saw {other}; the run ended {termination}")
-            reason = _USAGE_REASON[termination.state]
-            if delivered != [reason] or ctx.cancellation.reason is not reason:
-                raise InvariantViolation(
-                    f"callback ran {delivered}, reason {ctx.cancellation.reason}, "
-                    f"the run ended {termination}"
-                )
-            if "cancel" in returned and returned["cancel"] is not (
-                termination.state is RunState.CANCELLED
-            ):
-                raise InvariantViolation(f"cancel() returned {returned['cancel']}: {termination}")
-            usage = ctx.budget.snapshot()
-            reported = (11 * ("usage_in" in racers), 11 * ("usage_out" in racers))
-            if (usage.input_tokens, usage.output_tokens) != reported:
-                raise InvariantViolation(f"usage {usage}, reported {reported}")
-            exhausted = usage.exhausted
-            if exhausted is None:
-                raise InvariantViolation(f"a report past a limit left the budget {usage}")
-            if termination.state is RunState.BUDGET_EXHAUSTED and (
-                exhausted.value not in termination.reason
-            ):
-                raise InvariantViolation(
-                    f"exhausted {exhausted.value}, the run ended {termination}"
-                )
-            return f"{termination.state.name} {exhausted.value}"
+        return act
 
-        return [actor(name) for name in racers], check
+    def verdict(self) -> str:
+        ctx = self._ctx
+        termination = ctx.lifecycle.termination
+        if termination is None or ctx.lifecycle.state is not termination.state:
+            raise InvariantViolation(f"state {ctx.lifecycle.state}, termination {termination}")
+        for name, other in self._seen.items():
+            if other is not termination:
+                raise InvariantViolation(f"{name} saw {other}; the run ended {termination}")
+        reason = _USAGE_REASON[termination.state]
+        if self._delivered != [reason] or ctx.cancellation.reason is not reason:
+            raise InvariantViolation(
+                f"callback ran {self._delivered}, reason {ctx.cancellation.reason}, "
+                f"the run ended {termination}"
+            )
+        cancelled = termination.state is RunState.CANCELLED
+        if "cancel" in self._returned and self._returned["cancel"] is not cancelled:
+            raise InvariantViolation(f"cancel() returned {self._returned['cancel']}: {termination}")
+        return self._check_usage(termination)
 
-    return Scenario(f"usage[{'+'.join(racers)}]", *TOKENS_EXCEED, tuple(racers), build)
+    def _check_usage(self, termination: RunTermination) -> str:
+        """Every report is recorded and the budget exhausted, by the limit the ending names."""
+        usage = self._ctx.budget.snapshot()
+        racers = self._racers
+        reported = (11 * ("usage_in" in racers), 11 * ("usage_out" in racers))
+        if (usage.input_tokens, usage.output_tokens) != reported:
+            raise InvariantViolation(f"usage {usage}, reported {reported}")
+        exhausted = usage.exhausted
+        if exhausted is None:
+            raise InvariantViolation(f"a report past a limit left the budget {usage}")
+        if termination.state is RunState.BUDGET_EXHAUSTED and (
+            exhausted.value not in termination.reason
+        ):
+            raise InvariantViolation(f"exhausted {exhausted.value}, the run ended {termination}")
+        return f"{termination.state.name} {exhausted.value}"
+
+
+def usage_race(*racers: str) -> Scenario:
+    """Usage reports past a token limit racing each other or a cancel, on one run (see
+    :class:`UsageRace`)."""
+    return _scenario(
+        f"usage[{'+'.join(racers)}]",
+        TOKENS_EXCEED,
+        tuple(racers),
+        lambda _scheduler, lock: UsageRace(lock, tuple(racers)),
+    )

@@ -61,13 +61,13 @@ __all__ = [
     "SpinSummary",
     "budget_limits",
     "build_models",
-    "check",
     "check_model",
     "parse_pan_output",
     "render_budget",
     "render_callbacks",
     "render_terminal_cas",
     "run_checks",
+    "run_spin",
     "spin_unavailable_reason",
 ]
 
@@ -583,7 +583,7 @@ def _counterexample(result: ModelResult) -> Counterexample:
     )
 
 
-def check(
+def run_spin(
     profile: str,
     racers: int | None = None,
     *,

@@ -9,8 +9,8 @@ rule is one step of a :class:`~._probe.RunProbe`: the step is predicted on the p
 models generated from ``model/`` (live instances, one per table and one per retry execution),
 with the guards computed by a reference of plain counters, then applied to the real runtime, and
 the two must agree on state and outcome; the probe then checks the invariants, which are the
-spec's sentences (listed in :mod:`._probe`). The machine's ``@invariant`` checks them once more
-after every step, and Hypothesis shrinks any failing interleaving to a short one.
+spec's sentences (listed in :mod:`._probe_invariants`). The machine's ``@invariant`` checks them
+once more after every step, and Hypothesis shrinks any failing interleaving to a short one.
 
 Three machines, because one run ends quickly and everything after its end is absorption:
 
@@ -52,7 +52,10 @@ from .._failure import TECHNICAL
 from ._counterexample import Counterexample
 from ._disagreement import Disagreement
 from ._models import LiveModels, ModelTiming
-from ._probe import EXPLICIT_REASONS, Attempt, Effect, ProbeConfig, RunProbe, policies_with_thrice
+from ._probe import RunProbe
+from ._probe_config import ProbeConfig, policies_with_thrice
+from ._probe_prediction import EXPLICIT_REASONS
+from ._probe_script import Attempt, Effect
 from ._results import CheckResult, ScenarioTally
 from ._spec_scenarios import (
     BUDGET_WINS,
@@ -71,7 +74,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ._coverage import TransitionCoverage
-    from ._probe import ProbeStep
+    from ._probe_scenarios import ProbeStep
     from ._spec_scenarios import SpecScenario
 
 __all__ = [
