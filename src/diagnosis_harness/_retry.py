@@ -21,12 +21,9 @@ On final failure the operation's own exception is re-raised, with the execution 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import enum
-import inspect
 import math
-import random
 import sys
 import threading
 from collections import deque
@@ -81,7 +78,9 @@ _FAIL, _STOP = RetryEvent.FAIL, RetryEvent.STOP
 _AWAITING = _step(_ATTEMPTING, _FAIL, True)  # retry_allowed
 _NAME_OF = {state: state.name for state in RetryState}  # an enum's .name is a slow property
 _RETRY = Boundary.RETRY
-_CO_COROUTINE = inspect.CO_COROUTINE
+# inspect.CO_COROUTINE, a code flag fixed since Python 3.5: asyncio, inspect and random are
+# imported where they are used (the async paths, a jitter), so that a sync user never pays for them.
+_CO_COROUTINE = 0x80
 
 
 class AttemptOutcome(enum.Enum):
@@ -239,6 +238,8 @@ class Backoff:
             grown = math.inf if self.initial else 0.0
         base = min(self.maximum, grown)
         if self.jitter and base:
+            import random  # noqa: PLC0415 - lazy: only a jitter draws
+
             base -= base * self.jitter * random.random()
         return base
 
@@ -262,7 +263,9 @@ def _is_coroutine_function(fn: Callable[..., object]) -> bool:
     """
     if isinstance(fn, FunctionType) and not fn.__dict__:  # FunctionType has no subclasses
         return bool(fn.__code__.co_flags & _CO_COROUTINE)
-    return inspect.iscoroutinefunction(fn)
+    from inspect import iscoroutinefunction  # noqa: PLC0415 - lazy: rarely needed, costly to import
+
+    return iscoroutinefunction(fn)
 
 
 def _attach(error: BaseException, record: ExecutionRecord) -> None:
@@ -289,6 +292,8 @@ def pause(ctx: RunContext, seconds: float) -> None:
 
 async def pause_async(ctx: RunContext, seconds: float) -> None:
     """:func:`pause` for asyncio: the same waits, without blocking the loop."""
+    import asyncio  # noqa: PLC0415 - lazy: a sync user never imports asyncio
+
     cap = ctx.deadline.MAX_WAIT_SECONDS
     left = seconds
     while left > 0:
@@ -303,6 +308,142 @@ async def pause_async(ctx: RunContext, seconds: float) -> None:
 
 
 @final
+class _Config:
+    """What every execution of one executor reads: its run, clock, journal, backoff, classifier.
+
+    Built once by the executor and never changed, so an execution holds one reference to it.
+    """
+
+    __slots__ = ("backoff", "classify", "ctx", "keep", "now")
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        keep: Callable[[_RawExecution], None],
+        backoff: Backoff | None,
+        classify: Callable[[Exception], FailureKind],
+    ) -> None:
+        self.ctx = ctx
+        self.now = ctx.clock.monotonic_ns
+        self.keep = keep
+        self.backoff = backoff
+        self.classify = classify
+
+
+@final
+class _Execution:
+    """One execution's decisions, written once for the sync and the async loop; free of I/O.
+
+    A loop drives it and does only the calling and the waiting: :meth:`attempt` before each
+    attempt (the gate), then :meth:`succeeded` or :meth:`failed` -- which says whether to re-raise
+    or how long to wait -- and :meth:`interrupted` if that wait is. Every step fires one event on
+    the generated retry table from the current state (``RETRY.take``): where an event leads, and
+    which events are legal, is the table's to say (``model/retry.toml``), not this class's.
+
+    Invariants: ``_state`` was reached from ``RETRY.initial`` by table rows only; ``_number``
+    attempts were begun, and each that ended has its five fields in ``_attempts`` (see
+    ``_RawExecution``); the execution is kept in the journal exactly once, when it ends (a terminal
+    state, or its wait interrupted). Owned by the one thread or task whose loop drives it: unlocked.
+    """
+
+    __slots__ = ("_attempts", "_config", "_number", "_policy", "_started", "_state", "_subject")
+
+    def __init__(self, config: _Config, policy: RetryPolicy, subject: str | None) -> None:
+        self._config = config
+        self._policy = policy
+        self._subject = subject
+        self._state = _INITIAL
+        self._number = 0  # attempts begun
+        self._started = 0  # the run clock when the current attempt began
+        self._attempts: list[_Field] = []  # the ended attempts' fields, flat
+
+    def attempt(self) -> None:
+        """The gate before an attempt: the attempt begins, or the run's ``RunTerminated`` is
+        raised with this execution (stopped) attached."""
+        config = self._config
+        try:
+            config.ctx.check(_RETRY)
+        except RunTerminated as stopped:
+            stop = StopReason.RUN_TERMINATED
+            self._end(stopped, stop, _step(self._state, _STOP), stopped.termination)
+            raise
+        self._state = _step(self._state, _ATTEMPT)
+        self._number += 1
+        self._started = config.now()
+
+    def succeeded(self) -> None:
+        """The attempt returned: the execution ends, kept in the journal."""
+        config = self._config
+        attempts = self._attempts
+        attempts.extend((self._number, _SUCCEEDED, None, self._started, config.now()))
+        ended = _NAME_OF[_step(self._state, _SUCCEED)]
+        config.keep((self._policy.name, self._subject, _STOP_SUCCEEDED, ended, None, *attempts))
+
+    def failed(self, error: BaseException) -> float | None:
+        """The attempt raised ``error``: the delay before the next attempt, or ``None`` when the
+        execution ended (kept, attached to ``error``) and ``error`` is to be re-raised.
+
+        Raises instead of returning when what must propagate is not ``error``: the run's ending
+        for an abandoned attempt, the classifier's own exception when it failed.
+        """
+        config = self._config
+        if isinstance(error, AttemptAbandoned):  # the run ended first: raise its ending
+            ending = error.ending
+            kind = ENDINGS[ending.termination.state].failure
+            self._record(_ABANDONED, kind)
+            state = _step(self._state, _FAIL, False)
+            self._end(ending, StopReason.RUN_TERMINATED, state, ending.termination)
+            raise ending from ending.__cause__
+        if not isinstance(error, Exception):  # CancelledError, KeyboardInterrupt, SystemExit
+            self._record(_INTERRUPTED, None)
+            self._end(error, StopReason.INTERRUPTED, _step(self._state, _FAIL, False))
+            return None
+        try:
+            kind = config.classify(error)
+        except Exception as broken:  # a classifier bug: the attempt still happened; record it
+            self._record(_FAILED, FailureKind.UNKNOWN)
+            state = _step(self._state, _FAIL, False)
+            self._end(broken, StopReason.NOT_RETRYABLE, state)
+            raise broken from error
+        policy = self._policy
+        allowed = policy.may_retry(kind, self._number)
+        self._record(_FAILED, kind)
+        self._state = _step(self._state, _FAIL, allowed)
+        if allowed:
+            backoff = config.backoff
+            return 0.0 if backoff is None else backoff.delay(self._number)
+        stop = (
+            StopReason.ATTEMPTS_EXHAUSTED if kind in policy.retryable else StopReason.NOT_RETRYABLE
+        )
+        self._end(error, stop, self._state)
+        return None
+
+    def interrupted(self, interrupt: BaseException) -> None:
+        """A ``BaseException`` during the wait between attempts: the execution stops there."""
+        self._end(interrupt, StopReason.INTERRUPTED, _step(self._state, _STOP))
+
+    def _record(self, outcome: str, kind: FailureKind | None) -> None:
+        """The current attempt ended with ``outcome``: its fields join the execution's."""
+        failure = None if kind is None else kind.name
+        now = self._config.now()
+        self._attempts.extend((self._number, outcome, failure, self._started, now))
+
+    def _end(
+        self,
+        error: BaseException,
+        stop: StopReason,
+        state: RetryState,
+        termination: RunTermination | None = None,
+    ) -> None:
+        """The execution ended in ``state`` without a result: keep it, attached to ``error``."""
+        self._state = state
+        attempts = self._attempts
+        raw = (self._policy.name, self._subject, stop.name, _NAME_OF[state], termination, *attempts)
+        self._config.keep(raw)
+        _attach(error, _materialize(raw))
+
+
+@final
 class HarnessRetryExecutor:
     """Runs operations under a :class:`RetryPolicy` for one run; the only place retries happen.
 
@@ -313,18 +454,11 @@ class HarnessRetryExecutor:
     The run's state is not the executor's: it asks the run's gate before every attempt. What it
     owns is its history, which only grows: ``_raw`` receives each execution as it ends (appended
     by the executing thread), and ``_executions`` holds the records built from them, in order,
-    under ``_lock``.
+    under ``_lock``. Each execution's decisions are an :class:`_Execution`'s, the same for
+    :meth:`execute` and :meth:`execute_async`: their loops only call and wait.
     """
 
-    __slots__ = (
-        "_backoff",
-        "_classifier",
-        "_ctx",
-        "_executions",
-        "_lock",
-        "_now",
-        "_raw",
-    )
+    __slots__ = ("_classifier", "_config", "_ctx", "_executions", "_lock", "_raw")
 
     def __init__(
         self,
@@ -340,15 +474,14 @@ class HarnessRetryExecutor:
         if backoff is not None and type(backoff) is not Backoff:
             raise TypeError(f"backoff must be a Backoff, got {backoff!r}")
         self._ctx = ctx
-        self._now = ctx.clock.monotonic_ns
         self._classifier = classifier
-        self._backoff = backoff
         # Raw executions (see _RawExecution) go to a deque, whose appends and pops are thread-safe
         # without a lock; _lock protects _executions and lets one reader at a time move the raw
         # executions there, in the order they ended.
         self._lock = threading.Lock()
         self._raw: deque[_RawExecution] = deque()
         self._executions: list[ExecutionRecord] = []
+        self._config = _Config(ctx, self._raw.append, backoff, self.classify)
 
     @property
     def attempts(self) -> tuple[AttemptRecord, ...]:
@@ -395,45 +528,28 @@ class HarnessRetryExecutor:
         args: tuple[object, ...],
         kwargs: dict[str, object],
     ) -> T:
-        if type(policy) is not RetryPolicy:
-            policy = self._policy(policy)
-        if not callable(fn):
-            raise TypeError(f"fn must be callable, got {fn!r}")
+        execution = self._execution(subject, policy, fn)
         if _is_coroutine_function(fn):  # refused before the gate: bad input, not the run's end
             raise TypeError(f"fn must not be a coroutine function, got {fn!r}: use execute_async")
-        ctx, now = self._ctx, self._now
-        state = _INITIAL
-        number = 0  # attempts made
-        attempts: list[_Field] = []  # their fields, flat (see _RawExecution)
         while True:
-            try:
-                ctx.check(_RETRY)
-            except RunTerminated as stopped:
-                self._stopped(policy, subject, attempts, _step(state, _STOP), stopped)
-                raise
-            state = _step(state, _ATTEMPT)
-            number += 1
-            started = now()
+            execution.attempt()
             try:
                 result = fn(*args, **kwargs)
             except BaseException as error:
-                delay = self._failed(policy, subject, attempts, number, started, error)
+                delay = execution.failed(error)
                 if delay is None:
                     raise
-                state = _AWAITING
                 if delay > 0:
                     try:
-                        pause(ctx, delay)
+                        pause(self._ctx, delay)
                     except BaseException as interrupt:  # Ctrl-C during the wait: keep the record
-                        self._interrupted(policy, subject, attempts, interrupt)
+                        execution.interrupted(interrupt)
                         raise
                 continue
             if isinstance(result, CoroutineType):  # an async function: its body never ran
                 result.close()
                 raise TypeError(f"{fn!r} returned a coroutine: use execute_async")
-            attempts.extend((number, _SUCCEEDED, None, started, now()))
-            ended = _NAME_OF[_step(state, _SUCCEED)]
-            self._raw.append((policy.name, subject, _STOP_SUCCEEDED, ended, None, *attempts))
+            execution.succeeded()
             return result
 
     async def execute_async(
@@ -467,128 +583,39 @@ class HarnessRetryExecutor:
         args: tuple[object, ...],
         kwargs: dict[str, object],
     ) -> T:
+        from inspect import isawaitable  # noqa: PLC0415 - lazy: a sync user never imports inspect
+
+        execution = self._execution(subject, policy, fn)
+        while True:
+            execution.attempt()
+            try:
+                awaitable = fn(*args, **kwargs)
+                if not isawaitable(awaitable):  # a plain function ran: say so plainly
+                    raise TypeError(f"fn must return an awaitable, got {awaitable!r}: use execute")
+                result = await awaitable
+            except BaseException as error:
+                delay = execution.failed(error)
+                if delay is None:
+                    raise
+                if delay > 0:
+                    try:
+                        await pause_async(self._ctx, delay)
+                    except BaseException as interrupt:  # the task was cancelled during the wait
+                        execution.interrupted(interrupt)
+                        raise
+                continue
+            execution.succeeded()
+            return result
+
+    def _execution(
+        self, subject: str | None, policy: RetryPolicy | str, fn: Callable[..., object]
+    ) -> _Execution:
+        """A new execution of ``fn`` under ``policy``; bad input is refused before any gate."""
         if type(policy) is not RetryPolicy:
             policy = self._policy(policy)
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
-        ctx, now = self._ctx, self._now
-        state = _INITIAL
-        number = 0  # attempts made
-        attempts: list[_Field] = []  # their fields, flat (see _RawExecution)
-        while True:
-            try:
-                ctx.check(_RETRY)
-            except RunTerminated as stopped:
-                self._stopped(policy, subject, attempts, _step(state, _STOP), stopped)
-                raise
-            state = _step(state, _ATTEMPT)
-            number += 1
-            started = now()
-            try:
-                awaitable = fn(*args, **kwargs)
-                if not inspect.isawaitable(awaitable):  # a plain function ran: say so plainly
-                    raise TypeError(f"fn must return an awaitable, got {awaitable!r}: use execute")
-                result = await awaitable
-            except BaseException as error:
-                delay = self._failed(policy, subject, attempts, number, started, error)
-                if delay is None:
-                    raise
-                state = _AWAITING
-                if delay > 0:
-                    try:
-                        await pause_async(ctx, delay)
-                    except BaseException as interrupt:  # the task was cancelled during the wait
-                        self._interrupted(policy, subject, attempts, interrupt)
-                        raise
-                continue
-            attempts.extend((number, _SUCCEEDED, None, started, now()))
-            ended = _NAME_OF[_step(state, _SUCCEED)]
-            self._raw.append((policy.name, subject, _STOP_SUCCEEDED, ended, None, *attempts))
-            return result
-
-    # -- helpers ----------------------------------------------------------------------------------
-
-    def _failed(  # noqa: PLR0917 - one attempt's facts, all recorded
-        self,
-        policy: RetryPolicy,
-        subject: str | None,
-        attempts: list[_Field],
-        number: int,
-        started: int,
-        error: BaseException,
-    ) -> float | None:
-        """Record failed attempt ``number``; the delay before the next, or None to re-raise."""
-        if isinstance(error, AttemptAbandoned):  # the run ended first: raise its ending
-            ending = error.ending
-            kind = ENDINGS[ending.termination.state].failure
-            attempts.extend((number, _ABANDONED, kind.name, started, self._now()))
-            target = _step(_ATTEMPTING, _FAIL, False)
-            stop = StopReason.RUN_TERMINATED
-            _attach(
-                ending, self._store(policy, subject, attempts, stop, target, ending.termination)
-            )
-            raise ending from ending.__cause__
-        if not isinstance(error, Exception):  # CancelledError, KeyboardInterrupt, SystemExit
-            attempts.extend((number, _INTERRUPTED, None, started, self._now()))
-            target = _step(_ATTEMPTING, _FAIL, False)
-            _attach(error, self._store(policy, subject, attempts, StopReason.INTERRUPTED, target))
-            return None
-        try:
-            kind = self.classify(error)
-        except Exception as broken:  # a classifier bug: the attempt still happened; record it
-            attempts.extend((number, _FAILED, FailureKind.UNKNOWN.name, started, self._now()))
-            target = _step(_ATTEMPTING, _FAIL, False)
-            record = self._store(policy, subject, attempts, StopReason.NOT_RETRYABLE, target)
-            _attach(broken, record)
-            raise broken from error
-        allowed = policy.may_retry(kind, number)
-        attempts.extend((number, _FAILED, kind.name, started, self._now()))
-        target = _step(_ATTEMPTING, _FAIL, allowed)
-        if allowed:
-            backoff = self._backoff
-            return 0.0 if backoff is None else backoff.delay(number)
-        stop = (
-            StopReason.ATTEMPTS_EXHAUSTED if kind in policy.retryable else StopReason.NOT_RETRYABLE
-        )
-        _attach(error, self._store(policy, subject, attempts, stop, target))
-        return None
-
-    def _interrupted(
-        self,
-        policy: RetryPolicy,
-        subject: str | None,
-        attempts: list[_Field],
-        interrupt: BaseException,
-    ) -> None:
-        """A BaseException while awaiting a retry: the loop stops there (AWAITING_RETRY -> stop)."""
-        target = _step(_AWAITING, _STOP)
-        _attach(interrupt, self._store(policy, subject, attempts, StopReason.INTERRUPTED, target))
-
-    def _stopped(
-        self,
-        policy: RetryPolicy,
-        subject: str | None,
-        attempts: list[_Field],
-        state: RetryState,
-        stopped: RunTerminated,
-    ) -> None:
-        stop = StopReason.RUN_TERMINATED
-        record = self._store(policy, subject, attempts, stop, state, stopped.termination)
-        _attach(stopped, record)
-
-    def _store(  # noqa: PLR0917 - the fields of one execution record
-        self,
-        policy: RetryPolicy,
-        subject: str | None,
-        attempts: list[_Field],
-        stop: StopReason,
-        state: RetryState,
-        termination: RunTermination | None = None,
-    ) -> ExecutionRecord:
-        """Keep a failed or stopped execution and build its record now, to attach it."""
-        raw = (policy.name, subject, stop.name, _NAME_OF[state], termination, *attempts)
-        self._raw.append(raw)
-        return _materialize(raw)
+        return _Execution(self._config, policy, subject)
 
     def _policy(self, policy: object) -> RetryPolicy:
         if isinstance(policy, str):
