@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, final
 from ._boundary import Boundary
 from ._context import RunContext
 from ._endings import ENDINGS
-from ._errors import RunTerminated
+from ._errors import IllegalTransition, RunTerminated
 from ._failure import FailureKind, HarnessFailure
 from ._generated.tables import RETRY, RetryEvent, RetryState
 from ._retry_policy import RetryPolicy
@@ -63,20 +63,36 @@ Classifier = Callable[[Exception], "FailureKind | None"]
 """Maps an SDK's exception to a :class:`FailureKind`; ``None`` means "not mine" (UNKNOWN)."""
 
 
-# An execution's state lives in its own frame, unlocked (one execution runs in one thread or
-# task); it steps the generated retry table with the one engine, MachineTable.take.
-def _step(state: RetryState, event: RetryEvent, guard: bool | None = None) -> RetryState:
-    row = RETRY.take(state, event, guard)
-    assert row is not None  # nothing is fired after an execution reached its terminal state
-    return row.target
+_Step = tuple[str, str, "bool | None"]  # (state name, event value, the guard's value or None)
 
 
-_INITIAL = RETRY.initial
-_ATTEMPTING = RetryState.ATTEMPTING
-_ATTEMPT, _SUCCEED = RetryEvent.ATTEMPT, RetryEvent.SUCCEED
-_FAIL, _STOP = RetryEvent.FAIL, RetryEvent.STOP
-_AWAITING = _step(_ATTEMPTING, _FAIL, True)  # retry_allowed
-_NAME_OF = {state: state.name for state in RetryState}  # an enum's .name is a slow property
+def _steps() -> dict[_Step, str]:
+    """Every legal step of the generated retry table, as the one engine takes it, by names.
+
+    Asked of ``MachineTable.take`` once, for every (state, event, guard) from a state that is not
+    terminal: the table alone says where an event leads. An execution then steps with one dict
+    lookup on ``str``s, whose hashes are cached, where an enum member hashes in Python code. A
+    step that is missing here is one the table has no row for: a ``KeyError`` is the bug's report.
+    """
+    steps: dict[_Step, str] = {}
+    for state in RetryState:
+        if state in RETRY.terminal:
+            continue
+        for event in RetryEvent:
+            for guard in (None, True, False):
+                try:
+                    row = RETRY.take(state, event, guard)
+                except IllegalTransition:
+                    continue
+                assert row is not None  # only a terminal state absorbs an event
+                steps[state.name, event.value, guard] = row.target.name
+    return steps
+
+
+_NEXT = _steps()
+_INITIAL = RETRY.initial.name
+_ATTEMPT, _SUCCEED = RetryEvent.ATTEMPT.value, RetryEvent.SUCCEED.value
+_FAIL, _STOP = RetryEvent.FAIL.value, RetryEvent.STOP.value
 _RETRY = Boundary.RETRY
 # inspect.CO_COROUTINE, a code flag fixed since Python 3.5: asyncio, inspect and random are
 # imported where they are used (the async paths, a jitter), so that a sync user never pays for them.
@@ -365,9 +381,9 @@ class _Execution:
             config.ctx.check(_RETRY)
         except RunTerminated as stopped:
             stop = StopReason.RUN_TERMINATED
-            self._end(stopped, stop, _step(self._state, _STOP), stopped.termination)
+            self._end(stopped, stop, _NEXT[self._state, _STOP, None], stopped.termination)
             raise
-        self._state = _step(self._state, _ATTEMPT)
+        self._state = _NEXT[self._state, _ATTEMPT, None]
         self._number += 1
         self._started = config.now()
 
@@ -376,7 +392,7 @@ class _Execution:
         config = self._config
         attempts = self._attempts
         attempts.extend((self._number, _SUCCEEDED, None, self._started, config.now()))
-        ended = _NAME_OF[_step(self._state, _SUCCEED)]
+        ended = self._state = _NEXT[self._state, _SUCCEED, None]
         config.keep((self._policy.name, self._subject, _STOP_SUCCEEDED, ended, None, *attempts))
 
     def failed(self, error: BaseException) -> float | None:
@@ -391,24 +407,24 @@ class _Execution:
             ending = error.ending
             kind = ENDINGS[ending.termination.state].failure
             self._record(_ABANDONED, kind)
-            state = _step(self._state, _FAIL, False)
+            state = _NEXT[self._state, _FAIL, False]
             self._end(ending, StopReason.RUN_TERMINATED, state, ending.termination)
             raise ending from ending.__cause__
         if not isinstance(error, Exception):  # CancelledError, KeyboardInterrupt, SystemExit
             self._record(_INTERRUPTED, None)
-            self._end(error, StopReason.INTERRUPTED, _step(self._state, _FAIL, False))
+            self._end(error, StopReason.INTERRUPTED, _NEXT[self._state, _FAIL, False])
             return None
         try:
             kind = config.classify(error)
         except Exception as broken:  # a classifier bug: the attempt still happened; record it
             self._record(_FAILED, FailureKind.UNKNOWN)
-            state = _step(self._state, _FAIL, False)
+            state = _NEXT[self._state, _FAIL, False]
             self._end(broken, StopReason.NOT_RETRYABLE, state)
             raise broken from error
         policy = self._policy
         allowed = policy.may_retry(kind, self._number)
         self._record(_FAILED, kind)
-        self._state = _step(self._state, _FAIL, allowed)
+        self._state = _NEXT[self._state, _FAIL, allowed]
         if allowed:
             backoff = config.backoff
             return 0.0 if backoff is None else backoff.delay(self._number)
@@ -420,7 +436,7 @@ class _Execution:
 
     def interrupted(self, interrupt: BaseException) -> None:
         """A ``BaseException`` during the wait between attempts: the execution stops there."""
-        self._end(interrupt, StopReason.INTERRUPTED, _step(self._state, _STOP))
+        self._end(interrupt, StopReason.INTERRUPTED, _NEXT[self._state, _STOP, None])
 
     def _record(self, outcome: str, kind: FailureKind | None) -> None:
         """The current attempt ended with ``outcome``: its fields join the execution's."""
@@ -432,13 +448,14 @@ class _Execution:
         self,
         error: BaseException,
         stop: StopReason,
-        state: RetryState,
+        state: str,
         termination: RunTermination | None = None,
     ) -> None:
-        """The execution ended in ``state`` without a result: keep it, attached to ``error``."""
+        """The execution ended in ``state`` (a name) without a result: keep it, attached to
+        ``error``."""
         self._state = state
         attempts = self._attempts
-        raw = (self._policy.name, self._subject, stop.name, _NAME_OF[state], termination, *attempts)
+        raw = (self._policy.name, self._subject, stop.name, state, termination, *attempts)
         self._config.keep(raw)
         _attach(error, _materialize(raw))
 
