@@ -183,7 +183,7 @@ class _Governance:
         """Check every function call of a model answer before the SDK can start any of them."""
         for item in output:
             if isinstance(item, ResponseFunctionToolCall):
-                self.tools.check(item.name, item.call_id)
+                self.tools.key_for(item.name, item.call_id)
 
     def record_usage(self, input_tokens: int, output_tokens: int) -> None:
         self.ctx.record_token_usage(input_tokens=input_tokens, output_tokens=output_tokens)
