@@ -8,6 +8,10 @@ operation becomes one :class:`AttemptRecord`; each execution one :class:`Executi
 also says why the loop stopped. A run that is over at the gate stops the loop: the gate's
 ``RunTerminated`` propagates and the operation is not invoked again.
 
+The decisions are written once, in :class:`_Execution`, a step machine that the sync loop of
+``execute`` and the async loop of ``execute_async`` both drive: the loops only call the operation
+and wait between attempts, so a rule changed there changes for both.
+
 What is never a failure to retry: ``RunTerminated`` (its kind is recorded, it is re-raised), and
 ``BaseException``s that are not ``Exception`` -- ``asyncio.CancelledError``, ``KeyboardInterrupt``,
 ``SystemExit`` -- which are recorded as ``INTERRUPTED`` and propagate at once. Unclassified

@@ -15,7 +15,8 @@ Theory of operation. A framework hands over a Tool call as a Tool name and its o
    call's, not its result's -- and reserve the result's size in bytes against the run's byte
    budget (``ctx.reserve_bytes``).
 
-The executor's journal names each call's Tool (``harness retry [tool_call] Tool 'logs': ...``).
+These decisions are one :class:`_ToolCall`'s, the same for :meth:`GovernedTools.call` and the
+async calls, which only call, wait and await. The executor's journal names each call's Tool (``harness retry [tool_call] Tool 'logs': ...``).
 
 A Tool call is one reservation however many attempts its policy allows: the attempts are the same
 call, under the same key, which is what lets a Tool use the key for idempotency. A refusal at step
