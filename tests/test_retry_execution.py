@@ -8,6 +8,7 @@ from the generated table's engine, and keep the async-only modules out of a sync
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import itertools
 from pathlib import Path
@@ -19,6 +20,7 @@ import diagnosis_harness._retry as retry_module
 from diagnosis_harness import (
     Boundary,
     CancellationReason,
+    Deadline,
     FailureKind,
     HarnessFailure,
     HarnessRetryExecutor,
@@ -31,7 +33,7 @@ from diagnosis_harness._retry import AttemptAbandoned
 from diagnosis_harness.conformance.suite._support import AsyncScripted, Scripted, run_on_clock
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine
+    from collections.abc import Callable, Coroutine, Generator
 
     from diagnosis_harness import ExecutionRecord, RunContext
 
@@ -173,3 +175,27 @@ def _top_level_imports(path: Path) -> set[str]:
 )
 def test_a_sync_import_does_not_import_the_async_modules(module: str, lazy: set[str]) -> None:
     assert _top_level_imports(SRC / module).isdisjoint(lazy)
+
+
+def _steps_of(waits: Generator[float, bool, None], answers: list[bool]) -> list[float]:
+    steps = [next(waits)]
+    with contextlib.suppress(StopIteration):
+        for cancelled in answers:
+            steps.append(waits.send(cancelled))
+    return steps
+
+
+def test_the_waits_of_a_pause_are_decided_once_for_both_loops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Deadline, "MAX_WAIT_SECONDS", 1.0)
+    ctx, _ = run_on_clock(timeout=600)
+    # A delay past the cap: capped waits, then the rest; each wait ran its course.
+    assert _steps_of(retry_module._waits(ctx, 2.5), [False] * 5) == [1.0, 1.0, 0.5]
+    # A cancellation ends the pause at once.
+    assert _steps_of(retry_module._waits(ctx, 2.5), [True] * 5) == [1.0]
+    # The deadline before the delay's end: one wait, to the deadline, and the next gate decides.
+    near, _ = run_on_clock(timeout=0.25)
+    assert _steps_of(retry_module._waits(near, 2.5), [False] * 5) == [0.25]
+    # No delay: no wait at all.
+    assert list(retry_module._waits(ctx, 0)) == []

@@ -45,7 +45,7 @@ from ._generated.tables import RETRY, RetryEvent, RetryState
 from ._retry_policy import RetryPolicy
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Generator, Iterator
 
     from ._endings import RunTermination
 
@@ -297,36 +297,47 @@ def _attach(error: BaseException, record: ExecutionRecord) -> None:
         error.add_note(record.describe())
 
 
-def pause(ctx: RunContext, seconds: float) -> None:
-    """Wait ``seconds``, never past the run's deadline, ending at once on cancellation.
+def _waits(ctx: RunContext, seconds: float) -> Generator[float, bool, None]:
+    """The waits of one pause of ``seconds``, decided once for :func:`pause` and
+    :func:`pause_async`, which only wait: each is sent whether its wait ended on cancellation.
 
     No single wait exceeds ``Deadline.MAX_WAIT_SECONDS``; one that ended on that cap (a far
-    deadline, a huge delay) was neither, and waits again for the rest of the delay.
+    deadline, a huge delay) was neither, and is followed by a wait for the rest of the delay. The
+    pause ends on a cancellation, when the delay passed, or when the deadline came: the next gate
+    decides.
     """
     cap = ctx.deadline.MAX_WAIT_SECONDS
     left = seconds
     while left > 0:
         step = min(left, ctx.deadline.remaining_seconds(ctx.clock))  # <= cap
-        if ctx.cancellation.wait(step) or step < cap:
-            return  # cancelled, the delay passed, or the deadline came: the next gate decides
+        if (yield step) or step < cap:
+            return
         left -= step
+
+
+def pause(ctx: RunContext, seconds: float) -> None:
+    """Wait ``seconds``, never past the run's deadline, ending at once on cancellation."""
+    waits = _waits(ctx, seconds)
+    with contextlib.suppress(StopIteration):
+        step = next(waits)
+        while True:
+            step = waits.send(ctx.cancellation.wait(step))
 
 
 async def pause_async(ctx: RunContext, seconds: float) -> None:
     """:func:`pause` for asyncio: the same waits, without blocking the loop."""
     import asyncio  # noqa: PLC0415 - lazy: a sync user never imports asyncio
 
-    cap = ctx.deadline.MAX_WAIT_SECONDS
-    left = seconds
-    while left > 0:
-        step = min(left, ctx.deadline.remaining_seconds(ctx.clock))  # <= cap
-        # asyncio.TimeoutError is not TimeoutError before Python 3.11.
-        with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-            await asyncio.wait_for(ctx.cancellation.wait_async(), step)
-            return  # cancelled: the next gate raises
-        if step < cap:
-            return  # the delay passed or the deadline came: the next gate decides
-        left -= step
+    waits = _waits(ctx, seconds)
+    with contextlib.suppress(StopIteration):
+        step = next(waits)
+        while True:
+            cancelled = False
+            # asyncio.TimeoutError is not TimeoutError before Python 3.11.
+            with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                await asyncio.wait_for(ctx.cancellation.wait_async(), step)
+                cancelled = True
+            step = waits.send(cancelled)
 
 
 @final
