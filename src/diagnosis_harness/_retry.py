@@ -371,8 +371,8 @@ class _Execution:
     A loop drives it and does only the calling and the waiting: :meth:`attempt` before each
     attempt (the gate), then :meth:`succeeded` or :meth:`failed` -- which says whether to re-raise
     or how long to wait -- and :meth:`interrupted` if that wait is. Every step fires one event on
-    the generated retry table from the current state (``RETRY.take``): where an event leads, and
-    which events are legal, is the table's to say (``model/retry.toml``), not this class's.
+    the generated retry table from the current state (``_NEXT``, the engine's steps): where an
+    event leads, and which events are legal, is the table's to say, not this class's.
 
     Invariants: ``_state`` was reached from ``RETRY.initial`` by table rows only; ``_number``
     attempts were begun, and each that ended has its five fields in ``_attempts`` (see
