@@ -16,7 +16,8 @@ Theory of operation. A framework hands over a Tool call as a Tool name and its o
    budget (``ctx.reserve_bytes``).
 
 These decisions are one :class:`_ToolCall`'s, the same for :meth:`GovernedTools.call` and the
-async calls, which only call, wait and await. The executor's journal names each call's Tool (``harness retry [tool_call] Tool 'logs': ...``).
+async calls, which only call, wait and await. The executor's journal names each call's Tool
+(``harness retry [tool_call] Tool 'logs': ...``).
 
 A Tool call is one reservation however many attempts its policy allows: the attempts are the same
 call, under the same key, which is what lets a Tool use the key for idempotency. A refusal at step
@@ -329,8 +330,8 @@ class _ToolCall:
     async calls: their attempts and runs only call, wait and await, and ask this what to do.
 
     Built only after the call's input passed (:meth:`GovernedTools.key_for`): bad input changes
-    no state. Invariants: the Tool call is reserved at most once, by the first attempt that
-    :meth:`begin` s -- after the executor's gate, so that nothing stands between a granted
+    no state. Invariants: the Tool call is reserved at most once, when its first attempt begins
+    (:meth:`begin`) -- after the executor's gate, so that nothing stands between a granted
     reservation and the Tool starting: a call is counted exactly when it runs (reserved before
     the gate, it could be counted and then refused there, when a concurrent refusal ended the run
     in between); a refused reservation is the attempt's failure, the run's ending its kind, and
