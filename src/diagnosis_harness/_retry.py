@@ -290,6 +290,15 @@ def _is_coroutine_function(fn: Callable[..., object]) -> bool:
     return inspect.iscoroutinefunction(fn)
 
 
+def _awaitable(value: object) -> None:
+    """Refuses what ``execute_async``'s ``fn`` returned if it cannot be awaited: a plain
+    function ran, and the error says so plainly."""
+    import inspect  # noqa: PLC0415 - lazy: see _is_coroutine_function
+
+    if not inspect.isawaitable(value):
+        raise TypeError(f"fn must return an awaitable, got {value!r}: use execute")
+
+
 def _attach(error: BaseException, record: ExecutionRecord) -> None:
     """Attach the history to the operation's own exception, without wrapping it."""
     error.harness_execution = record  # type: ignore[attr-defined]  # the documented extra attribute
@@ -631,15 +640,13 @@ class HarnessRetryExecutor:
         args: tuple[object, ...],
         kwargs: dict[str, object],
     ) -> T:
-        import inspect  # noqa: PLC0415 - lazy: a sync user never imports inspect
-
         execution = _Execution(self._config, policy, fn, subject)
         while True:
             execution.attempt()
             try:
                 awaitable = fn(*args, **kwargs)
-                if not inspect.isawaitable(awaitable):  # a plain function ran: say so plainly
-                    raise TypeError(f"fn must return an awaitable, got {awaitable!r}: use execute")
+                if type(awaitable) is not CoroutineType:  # a coroutine needs no more checking
+                    _awaitable(awaitable)
                 result = await awaitable
             except BaseException as error:
                 delay = execution.failed(error)
