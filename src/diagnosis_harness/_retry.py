@@ -356,7 +356,7 @@ class _Config:
     Built once by the executor and never changed, so an execution holds one reference to it.
     """
 
-    __slots__ = ("backoff", "classify", "gate", "keep", "now", "policies")
+    __slots__ = ("backoff", "classify", "ctx", "keep", "now", "policies")
 
     def __init__(
         self,
@@ -365,7 +365,7 @@ class _Config:
         backoff: Backoff | None,
         classify: Callable[[Exception], FailureKind],
     ) -> None:
-        self.gate = ctx.check  # the run's gate, asked with Boundary.RETRY before every attempt
+        self.ctx = ctx  # whose gate (ctx.check, looked up each time) is asked before every attempt
         self.policies = ctx.retry_policies  # a run's field, never reassigned
         self.now = ctx.clock.monotonic_ns
         self.keep = keep
@@ -418,7 +418,7 @@ class _Execution:
         raised with this execution (stopped) attached."""
         config = self._config
         try:
-            config.gate(_RETRY)
+            config.ctx.check(_RETRY)
         except RunTerminated as stopped:
             stop = StopReason.RUN_TERMINATED
             self._end(stopped, stop, _NEXT[self._state, _STOP, None], stopped.termination)
