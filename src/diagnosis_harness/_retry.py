@@ -8,6 +8,10 @@ operation becomes one :class:`AttemptRecord`; each execution one :class:`Executi
 also says why the loop stopped. A run that is over at the gate stops the loop: the gate's
 ``RunTerminated`` propagates and the operation is not invoked again.
 
+The decisions are written once, in :class:`_Execution`, a step machine that the sync loop of
+``execute`` and the async loop of ``execute_async`` both drive: the loops only call the operation
+and wait between attempts, so a rule changed there changes for both.
+
 What is never a failure to retry: ``RunTerminated`` (its kind is recorded, it is re-raised), and
 ``BaseException``s that are not ``Exception`` -- ``asyncio.CancelledError``, ``KeyboardInterrupt``,
 ``SystemExit`` -- which are recorded as ``INTERRUPTED`` and propagate at once. Unclassified
@@ -21,12 +25,9 @@ On final failure the operation's own exception is re-raised, with the execution 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import enum
-import inspect
 import math
-import random
 import sys
 import threading
 from collections import deque
@@ -38,13 +39,13 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, final
 from ._boundary import Boundary
 from ._context import RunContext
 from ._endings import ENDINGS
-from ._errors import RunTerminated
+from ._errors import IllegalTransition, RunTerminated
 from ._failure import FailureKind, HarnessFailure
 from ._generated.tables import RETRY, RetryEvent, RetryState
 from ._retry_policy import RetryPolicy
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Generator, Iterator
 
     from ._endings import RunTermination
 
@@ -66,22 +67,40 @@ Classifier = Callable[[Exception], "FailureKind | None"]
 """Maps an SDK's exception to a :class:`FailureKind`; ``None`` means "not mine" (UNKNOWN)."""
 
 
-# An execution's state lives in its own frame, unlocked (one execution runs in one thread or
-# task); it steps the generated retry table with the one engine, MachineTable.take.
-def _step(state: RetryState, event: RetryEvent, guard: bool | None = None) -> RetryState:
-    row = RETRY.take(state, event, guard)
-    assert row is not None  # nothing is fired after an execution reached its terminal state
-    return row.target
+_Step = tuple[str, str, "bool | None"]  # (state name, event value, the guard's value or None)
 
 
-_INITIAL = RETRY.initial
-_ATTEMPTING = RetryState.ATTEMPTING
-_ATTEMPT, _SUCCEED = RetryEvent.ATTEMPT, RetryEvent.SUCCEED
-_FAIL, _STOP = RetryEvent.FAIL, RetryEvent.STOP
-_AWAITING = _step(_ATTEMPTING, _FAIL, True)  # retry_allowed
-_NAME_OF = {state: state.name for state in RetryState}  # an enum's .name is a slow property
+def _steps() -> dict[_Step, str]:
+    """Every legal step of the generated retry table, as the one engine takes it, by names.
+
+    Asked of ``MachineTable.take`` once, for every (state, event, guard) from a state that is not
+    terminal: the table alone says where an event leads. An execution then steps with one dict
+    lookup on ``str``s, whose hashes are cached, where an enum member hashes in Python code. A
+    step that is missing here is one the table has no row for: a ``KeyError`` is the bug's report.
+    """
+    steps: dict[_Step, str] = {}
+    for state in RetryState:
+        if state in RETRY.terminal:
+            continue
+        for event in RetryEvent:
+            for guard in (None, True, False):
+                try:
+                    row = RETRY.take(state, event, guard)
+                except IllegalTransition:
+                    continue
+                assert row is not None  # only a terminal state absorbs an event
+                steps[state.name, event.value, guard] = row.target.name
+    return steps
+
+
+_NEXT = _steps()
+_INITIAL = RETRY.initial.name
+_ATTEMPT, _SUCCEED = RetryEvent.ATTEMPT.value, RetryEvent.SUCCEED.value
+_FAIL, _STOP = RetryEvent.FAIL.value, RetryEvent.STOP.value
 _RETRY = Boundary.RETRY
-_CO_COROUTINE = inspect.CO_COROUTINE
+# inspect.CO_COROUTINE, a code flag fixed since Python 3.5: asyncio, inspect and random are
+# imported where they are used (the async paths, a jitter), so that a sync user never pays for them.
+_CO_COROUTINE = 0x80
 
 
 class AttemptOutcome(enum.Enum):
@@ -239,6 +258,8 @@ class Backoff:
             grown = math.inf if self.initial else 0.0
         base = min(self.maximum, grown)
         if self.jitter and base:
+            import random  # noqa: PLC0415 - lazy: only a jitter draws
+
             base -= base * self.jitter * random.random()
         return base
 
@@ -262,7 +283,20 @@ def _is_coroutine_function(fn: Callable[..., object]) -> bool:
     """
     if isinstance(fn, FunctionType) and not fn.__dict__:  # FunctionType has no subclasses
         return bool(fn.__code__.co_flags & _CO_COROUTINE)
+    # Lazy: rarely needed, costly to import. (`import m` when m is loaded is a dict lookup; a
+    # `from m import f` in a function costs ten times more.)
+    import inspect  # noqa: PLC0415
+
     return inspect.iscoroutinefunction(fn)
+
+
+def _awaitable(value: object) -> None:
+    """Refuses what ``execute_async``'s ``fn`` returned if it cannot be awaited: a plain
+    function ran, and the error says so plainly."""
+    import inspect  # noqa: PLC0415 - lazy: see _is_coroutine_function
+
+    if not inspect.isawaitable(value):
+        raise TypeError(f"fn must return an awaitable, got {value!r}: use execute")
 
 
 def _attach(error: BaseException, record: ExecutionRecord) -> None:
@@ -272,34 +306,198 @@ def _attach(error: BaseException, record: ExecutionRecord) -> None:
         error.add_note(record.describe())
 
 
-def pause(ctx: RunContext, seconds: float) -> None:
-    """Wait ``seconds``, never past the run's deadline, ending at once on cancellation.
+def _waits(ctx: RunContext, seconds: float) -> Generator[float, bool, None]:
+    """The waits of one pause of ``seconds``, decided once for :func:`pause` and
+    :func:`pause_async`, which only wait: each is sent whether its wait ended on cancellation.
 
     No single wait exceeds ``Deadline.MAX_WAIT_SECONDS``; one that ended on that cap (a far
-    deadline, a huge delay) was neither, and waits again for the rest of the delay.
+    deadline, a huge delay) was neither, and is followed by a wait for the rest of the delay. The
+    pause ends on a cancellation, when the delay passed, or when the deadline came: the next gate
+    decides.
     """
     cap = ctx.deadline.MAX_WAIT_SECONDS
     left = seconds
     while left > 0:
         step = min(left, ctx.deadline.remaining_seconds(ctx.clock))  # <= cap
-        if ctx.cancellation.wait(step) or step < cap:
-            return  # cancelled, the delay passed, or the deadline came: the next gate decides
+        if (yield step) or step < cap:
+            return
         left -= step
+
+
+def pause(ctx: RunContext, seconds: float) -> None:
+    """Wait ``seconds``, never past the run's deadline, ending at once on cancellation."""
+    waits = _waits(ctx, seconds)
+    with contextlib.suppress(StopIteration):
+        step = next(waits)
+        while True:
+            step = waits.send(ctx.cancellation.wait(step))
 
 
 async def pause_async(ctx: RunContext, seconds: float) -> None:
     """:func:`pause` for asyncio: the same waits, without blocking the loop."""
-    cap = ctx.deadline.MAX_WAIT_SECONDS
-    left = seconds
-    while left > 0:
-        step = min(left, ctx.deadline.remaining_seconds(ctx.clock))  # <= cap
-        # asyncio.TimeoutError is not TimeoutError before Python 3.11.
-        with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-            await asyncio.wait_for(ctx.cancellation.wait_async(), step)
-            return  # cancelled: the next gate raises
-        if step < cap:
-            return  # the delay passed or the deadline came: the next gate decides
-        left -= step
+    import asyncio  # noqa: PLC0415 - lazy: a sync user never imports asyncio
+
+    waits = _waits(ctx, seconds)
+    with contextlib.suppress(StopIteration):
+        step = next(waits)
+        while True:
+            cancelled = False
+            # asyncio.TimeoutError is not TimeoutError before Python 3.11.
+            with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                await asyncio.wait_for(ctx.cancellation.wait_async(), step)
+                cancelled = True
+            step = waits.send(cancelled)
+
+
+@final
+class _Config:
+    """What every execution of one executor reads: its run, clock, journal, backoff, classifier.
+
+    Built once by the executor and never changed, so an execution holds one reference to it.
+    """
+
+    __slots__ = ("backoff", "classify", "ctx", "keep", "now", "policies")
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        keep: Callable[[_RawExecution], None],
+        backoff: Backoff | None,
+        classify: Callable[[Exception], FailureKind],
+    ) -> None:
+        self.ctx = ctx  # whose gate (ctx.check, looked up each time) is asked before every attempt
+        self.policies = ctx.retry_policies  # a run's field, never reassigned
+        self.now = ctx.clock.monotonic_ns
+        self.keep = keep
+        self.backoff = backoff
+        self.classify = classify
+
+
+@final
+class _Execution:
+    """One execution's decisions, written once for the sync and the async loop; free of I/O.
+
+    A loop drives it and does only the calling and the waiting: :meth:`attempt` before each
+    attempt (the gate), then :meth:`succeeded` or :meth:`failed` -- which says whether to re-raise
+    or how long to wait -- and :meth:`interrupted` if that wait is. Every step fires one event on
+    the generated retry table from the current state (``_NEXT``, the engine's steps): where an
+    event leads, and which events are legal, is the table's to say, not this class's.
+
+    Invariants: ``_state`` was reached from ``RETRY.initial`` by table rows only; ``_number``
+    attempts were begun, and each that ended has its five fields in ``_attempts`` (see
+    ``_RawExecution``); the execution is kept in the journal exactly once, when it ends (a terminal
+    state, or its wait interrupted). Owned by the one thread or task whose loop drives it: unlocked.
+    """
+
+    __slots__ = ("_attempts", "_config", "_number", "_policy", "_started", "_state", "_subject")
+
+    def __init__(
+        self,
+        config: _Config,
+        policy: RetryPolicy | str,
+        fn: Callable[..., object],
+        subject: str | None,
+    ) -> None:
+        """Refuses bad input before any gate: it is the caller's mistake, not the run's end."""
+        if type(policy) is not RetryPolicy:
+            if not isinstance(policy, str):
+                raise TypeError(f"policy must be a RetryPolicy or a policy name, got {policy!r}")
+            policy = config.policies[policy]
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {fn!r}")
+        self._config = config
+        self._policy = policy
+        self._subject = subject
+        self._state = _INITIAL
+        self._number = 0  # attempts begun
+        self._started = 0  # the run clock when the current attempt began
+        self._attempts: list[_Field] = []  # the ended attempts' fields, flat
+
+    def attempt(self) -> None:
+        """The gate before an attempt: the attempt begins, or the run's ``RunTerminated`` is
+        raised with this execution (stopped) attached."""
+        config = self._config
+        try:
+            config.ctx.check(_RETRY)
+        except RunTerminated as stopped:
+            stop = StopReason.RUN_TERMINATED
+            self._end(stopped, stop, _NEXT[self._state, _STOP, None], stopped.termination)
+            raise
+        self._state = _NEXT[self._state, _ATTEMPT, None]
+        self._number += 1
+        self._started = config.now()
+
+    def succeeded(self) -> None:
+        """The attempt returned: the execution ends, kept in the journal."""
+        config = self._config
+        attempts = self._attempts
+        attempts.extend((self._number, _SUCCEEDED, None, self._started, config.now()))
+        ended = self._state = _NEXT[self._state, _SUCCEED, None]
+        config.keep((self._policy.name, self._subject, _STOP_SUCCEEDED, ended, None, *attempts))
+
+    def failed(self, error: BaseException) -> float | None:
+        """The attempt raised ``error``: the delay before the next attempt, or ``None`` when the
+        execution ended (kept, attached to ``error``) and ``error`` is to be re-raised.
+
+        Raises instead of returning when what must propagate is not ``error``: the run's ending
+        for an abandoned attempt, the classifier's own exception when it failed.
+        """
+        config = self._config
+        if isinstance(error, AttemptAbandoned):  # the run ended first: raise its ending
+            ending = error.ending
+            kind = ENDINGS[ending.termination.state].failure
+            self._record(_ABANDONED, kind)
+            state = _NEXT[self._state, _FAIL, False]
+            self._end(ending, StopReason.RUN_TERMINATED, state, ending.termination)
+            raise ending from ending.__cause__
+        if not isinstance(error, Exception):  # CancelledError, KeyboardInterrupt, SystemExit
+            self._record(_INTERRUPTED, None)
+            self._end(error, StopReason.INTERRUPTED, _NEXT[self._state, _FAIL, False])
+            return None
+        try:
+            kind = config.classify(error)
+        except Exception as broken:  # a classifier bug: the attempt still happened; record it
+            self._record(_FAILED, FailureKind.UNKNOWN)
+            state = _NEXT[self._state, _FAIL, False]
+            self._end(broken, StopReason.NOT_RETRYABLE, state)
+            raise broken from error
+        policy, number = self._policy, self._number
+        allowed = policy.may_retry(kind, number)
+        self._attempts.extend((number, _FAILED, kind.name, self._started, config.now()))
+        self._state = _NEXT[self._state, _FAIL, allowed]
+        if allowed:
+            backoff = config.backoff
+            return 0.0 if backoff is None else backoff.delay(number)
+        stop = (
+            StopReason.ATTEMPTS_EXHAUSTED if kind in policy.retryable else StopReason.NOT_RETRYABLE
+        )
+        self._end(error, stop, self._state)
+        return None
+
+    def interrupted(self, interrupt: BaseException) -> None:
+        """A ``BaseException`` during the wait between attempts: the execution stops there."""
+        self._end(interrupt, StopReason.INTERRUPTED, _NEXT[self._state, _STOP, None])
+
+    def _record(self, outcome: str, kind: FailureKind | None) -> None:
+        """The current attempt ended with ``outcome``: its fields join the execution's."""
+        failure = None if kind is None else kind.name
+        now = self._config.now()
+        self._attempts.extend((self._number, outcome, failure, self._started, now))
+
+    def _end(
+        self,
+        error: BaseException,
+        stop: StopReason,
+        state: str,
+        termination: RunTermination | None = None,
+    ) -> None:
+        """The execution ended in ``state`` (a name) without a result: keep it, attached to
+        ``error``."""
+        self._state = state
+        attempts = self._attempts
+        raw = (self._policy.name, self._subject, stop.name, state, termination, *attempts)
+        self._config.keep(raw)
+        _attach(error, _materialize(raw))
 
 
 @final
@@ -313,18 +511,11 @@ class HarnessRetryExecutor:
     The run's state is not the executor's: it asks the run's gate before every attempt. What it
     owns is its history, which only grows: ``_raw`` receives each execution as it ends (appended
     by the executing thread), and ``_executions`` holds the records built from them, in order,
-    under ``_lock``.
+    under ``_lock``. Each execution's decisions are an :class:`_Execution`'s, the same for
+    :meth:`execute` and :meth:`execute_async`: their loops only call and wait.
     """
 
-    __slots__ = (
-        "_backoff",
-        "_classifier",
-        "_ctx",
-        "_executions",
-        "_lock",
-        "_now",
-        "_raw",
-    )
+    __slots__ = ("_classifier", "_config", "_ctx", "_executions", "_lock", "_raw")
 
     def __init__(
         self,
@@ -340,15 +531,14 @@ class HarnessRetryExecutor:
         if backoff is not None and type(backoff) is not Backoff:
             raise TypeError(f"backoff must be a Backoff, got {backoff!r}")
         self._ctx = ctx
-        self._now = ctx.clock.monotonic_ns
         self._classifier = classifier
-        self._backoff = backoff
         # Raw executions (see _RawExecution) go to a deque, whose appends and pops are thread-safe
         # without a lock; _lock protects _executions and lets one reader at a time move the raw
         # executions there, in the order they ended.
         self._lock = threading.Lock()
         self._raw: deque[_RawExecution] = deque()
         self._executions: list[ExecutionRecord] = []
+        self._config = _Config(ctx, self._raw.append, backoff, self.classify)
 
     @property
     def attempts(self) -> tuple[AttemptRecord, ...]:
@@ -395,45 +585,28 @@ class HarnessRetryExecutor:
         args: tuple[object, ...],
         kwargs: dict[str, object],
     ) -> T:
-        if type(policy) is not RetryPolicy:
-            policy = self._policy(policy)
-        if not callable(fn):
-            raise TypeError(f"fn must be callable, got {fn!r}")
+        execution = _Execution(self._config, policy, fn, subject)
         if _is_coroutine_function(fn):  # refused before the gate: bad input, not the run's end
             raise TypeError(f"fn must not be a coroutine function, got {fn!r}: use execute_async")
-        ctx, now = self._ctx, self._now
-        state = _INITIAL
-        number = 0  # attempts made
-        attempts: list[_Field] = []  # their fields, flat (see _RawExecution)
         while True:
-            try:
-                ctx.check(_RETRY)
-            except RunTerminated as stopped:
-                self._stopped(policy, subject, attempts, _step(state, _STOP), stopped)
-                raise
-            state = _step(state, _ATTEMPT)
-            number += 1
-            started = now()
+            execution.attempt()
             try:
                 result = fn(*args, **kwargs)
             except BaseException as error:
-                delay = self._failed(policy, subject, attempts, number, started, error)
+                delay = execution.failed(error)
                 if delay is None:
                     raise
-                state = _AWAITING
                 if delay > 0:
                     try:
-                        pause(ctx, delay)
+                        pause(self._ctx, delay)
                     except BaseException as interrupt:  # Ctrl-C during the wait: keep the record
-                        self._interrupted(policy, subject, attempts, interrupt)
+                        execution.interrupted(interrupt)
                         raise
                 continue
             if isinstance(result, CoroutineType):  # an async function: its body never ran
                 result.close()
                 raise TypeError(f"{fn!r} returned a coroutine: use execute_async")
-            attempts.extend((number, _SUCCEEDED, None, started, now()))
-            ended = _NAME_OF[_step(state, _SUCCEED)]
-            self._raw.append((policy.name, subject, _STOP_SUCCEEDED, ended, None, *attempts))
+            execution.succeeded()
             return result
 
     async def execute_async(
@@ -467,133 +640,27 @@ class HarnessRetryExecutor:
         args: tuple[object, ...],
         kwargs: dict[str, object],
     ) -> T:
-        if type(policy) is not RetryPolicy:
-            policy = self._policy(policy)
-        if not callable(fn):
-            raise TypeError(f"fn must be callable, got {fn!r}")
-        ctx, now = self._ctx, self._now
-        state = _INITIAL
-        number = 0  # attempts made
-        attempts: list[_Field] = []  # their fields, flat (see _RawExecution)
+        execution = _Execution(self._config, policy, fn, subject)
         while True:
-            try:
-                ctx.check(_RETRY)
-            except RunTerminated as stopped:
-                self._stopped(policy, subject, attempts, _step(state, _STOP), stopped)
-                raise
-            state = _step(state, _ATTEMPT)
-            number += 1
-            started = now()
+            execution.attempt()
             try:
                 awaitable = fn(*args, **kwargs)
-                if not inspect.isawaitable(awaitable):  # a plain function ran: say so plainly
-                    raise TypeError(f"fn must return an awaitable, got {awaitable!r}: use execute")
+                if type(awaitable) is not CoroutineType:  # a coroutine needs no more checking
+                    _awaitable(awaitable)
                 result = await awaitable
             except BaseException as error:
-                delay = self._failed(policy, subject, attempts, number, started, error)
+                delay = execution.failed(error)
                 if delay is None:
                     raise
-                state = _AWAITING
                 if delay > 0:
                     try:
-                        await pause_async(ctx, delay)
+                        await pause_async(self._ctx, delay)
                     except BaseException as interrupt:  # the task was cancelled during the wait
-                        self._interrupted(policy, subject, attempts, interrupt)
+                        execution.interrupted(interrupt)
                         raise
                 continue
-            attempts.extend((number, _SUCCEEDED, None, started, now()))
-            ended = _NAME_OF[_step(state, _SUCCEED)]
-            self._raw.append((policy.name, subject, _STOP_SUCCEEDED, ended, None, *attempts))
+            execution.succeeded()
             return result
-
-    # -- helpers ----------------------------------------------------------------------------------
-
-    def _failed(  # noqa: PLR0917 - one attempt's facts, all recorded
-        self,
-        policy: RetryPolicy,
-        subject: str | None,
-        attempts: list[_Field],
-        number: int,
-        started: int,
-        error: BaseException,
-    ) -> float | None:
-        """Record failed attempt ``number``; the delay before the next, or None to re-raise."""
-        if isinstance(error, AttemptAbandoned):  # the run ended first: raise its ending
-            ending = error.ending
-            kind = ENDINGS[ending.termination.state].failure
-            attempts.extend((number, _ABANDONED, kind.name, started, self._now()))
-            target = _step(_ATTEMPTING, _FAIL, False)
-            stop = StopReason.RUN_TERMINATED
-            _attach(
-                ending, self._store(policy, subject, attempts, stop, target, ending.termination)
-            )
-            raise ending from ending.__cause__
-        if not isinstance(error, Exception):  # CancelledError, KeyboardInterrupt, SystemExit
-            attempts.extend((number, _INTERRUPTED, None, started, self._now()))
-            target = _step(_ATTEMPTING, _FAIL, False)
-            _attach(error, self._store(policy, subject, attempts, StopReason.INTERRUPTED, target))
-            return None
-        try:
-            kind = self.classify(error)
-        except Exception as broken:  # a classifier bug: the attempt still happened; record it
-            attempts.extend((number, _FAILED, FailureKind.UNKNOWN.name, started, self._now()))
-            target = _step(_ATTEMPTING, _FAIL, False)
-            record = self._store(policy, subject, attempts, StopReason.NOT_RETRYABLE, target)
-            _attach(broken, record)
-            raise broken from error
-        allowed = policy.may_retry(kind, number)
-        attempts.extend((number, _FAILED, kind.name, started, self._now()))
-        target = _step(_ATTEMPTING, _FAIL, allowed)
-        if allowed:
-            backoff = self._backoff
-            return 0.0 if backoff is None else backoff.delay(number)
-        stop = (
-            StopReason.ATTEMPTS_EXHAUSTED if kind in policy.retryable else StopReason.NOT_RETRYABLE
-        )
-        _attach(error, self._store(policy, subject, attempts, stop, target))
-        return None
-
-    def _interrupted(
-        self,
-        policy: RetryPolicy,
-        subject: str | None,
-        attempts: list[_Field],
-        interrupt: BaseException,
-    ) -> None:
-        """A BaseException while awaiting a retry: the loop stops there (AWAITING_RETRY -> stop)."""
-        target = _step(_AWAITING, _STOP)
-        _attach(interrupt, self._store(policy, subject, attempts, StopReason.INTERRUPTED, target))
-
-    def _stopped(
-        self,
-        policy: RetryPolicy,
-        subject: str | None,
-        attempts: list[_Field],
-        state: RetryState,
-        stopped: RunTerminated,
-    ) -> None:
-        stop = StopReason.RUN_TERMINATED
-        record = self._store(policy, subject, attempts, stop, state, stopped.termination)
-        _attach(stopped, record)
-
-    def _store(  # noqa: PLR0917 - the fields of one execution record
-        self,
-        policy: RetryPolicy,
-        subject: str | None,
-        attempts: list[_Field],
-        stop: StopReason,
-        state: RetryState,
-        termination: RunTermination | None = None,
-    ) -> ExecutionRecord:
-        """Keep a failed or stopped execution and build its record now, to attach it."""
-        raw = (policy.name, subject, stop.name, _NAME_OF[state], termination, *attempts)
-        self._raw.append(raw)
-        return _materialize(raw)
-
-    def _policy(self, policy: object) -> RetryPolicy:
-        if isinstance(policy, str):
-            return self._ctx.retry_policies[policy]
-        raise TypeError(f"policy must be a RetryPolicy or a policy name, got {policy!r}")
 
     def classify(self, error: Exception) -> FailureKind:
         """The kind this executor records for an attempt that raised ``error``.

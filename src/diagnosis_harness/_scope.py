@@ -21,7 +21,6 @@ of overflowing the loop's timer.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sys
 from typing import TYPE_CHECKING, final
@@ -31,6 +30,7 @@ from ._endings import CancellationReason, error_for
 from ._errors import BudgetExhausted, RunTerminated
 
 if TYPE_CHECKING:
+    import asyncio
     from types import TracebackType
 
     from ._cancellation import Registration
@@ -78,6 +78,10 @@ class RunScope:
         self._timer: asyncio.TimerHandle | None = None
 
     async def __aenter__(self) -> RunScope:
+        # Imported here, not at the top: a scope exists only under asyncio, and a sync user of
+        # the package never imports asyncio (it is half the package's import time).
+        import asyncio  # noqa: PLC0415 - lazy: see above
+
         if self._entered:
             raise RuntimeError("a RunScope can be entered only once; call ctx.scope() again")
         self._entered = True
@@ -106,6 +110,8 @@ class RunScope:
             self._registration.unregister()
         if self._timer is not None:
             self._timer.cancel()
+        import asyncio  # noqa: PLC0415 - lazy (see __aenter__); imported by then, a dict lookup
+
         task, self._task = self._task, None  # a _cancel_task still queued must do nothing now
         if not self._cancel_requested or exc_type is not asyncio.CancelledError:
             return

@@ -86,7 +86,15 @@ def test_a_governed_call_reserves_runs_and_counts_its_result() -> None:
 def test_the_key_holds_the_framework_id_verbatim() -> None:
     tools = GovernedTools(_run(), key_prefix="diag")
     assert tools.key("toolu_01A09q90qw90lq917835lq9") == "diag:run-7:toolu_01A09q90qw90lq917835lq9"
-    assert tools.check("logs", "call_X.1-a") == "diag:run-7:call_X.1-a"
+    assert tools.key_for("logs", "call_X.1-a") == "diag:run-7:call_X.1-a"
+
+
+def test_check_is_a_deprecated_alias_of_key_for() -> None:
+    tools = GovernedTools(_run(), key_prefix="diag")
+    with pytest.warns(DeprecationWarning, match="key_for"):
+        assert tools.check("logs", "call_X.1-a") == "diag:run-7:call_X.1-a"
+    with pytest.warns(DeprecationWarning, match="key_for"), pytest.raises(ValueError, match="tool"):
+        tools.check(" ", "call_X.1-a")
 
 
 @pytest.mark.parametrize(

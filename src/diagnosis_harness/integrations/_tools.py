@@ -15,7 +15,9 @@ Theory of operation. A framework hands over a Tool call as a Tool name and its o
    call's, not its result's -- and reserve the result's size in bytes against the run's byte
    budget (``ctx.reserve_bytes``).
 
-The executor's journal names each call's Tool (``harness retry [tool_call] Tool 'logs': ...``).
+These decisions are one :class:`_ToolCall`'s, the same for :meth:`GovernedTools.call` and the
+async calls, which only call, wait and await. The executor's journal names each call's Tool
+(``harness retry [tool_call] Tool 'logs': ...``).
 
 A Tool call is one reservation however many attempts its policy allows: the attempts are the same
 call, under the same key, which is what lets a Tool use the key for idempotency. A refusal at step
@@ -34,10 +36,10 @@ Its thread runs on until the Tool returns, and does not keep the process from ex
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import json
+import warnings
 from typing import TYPE_CHECKING, ParamSpec, TypeVar, final
 
 from .._boundary import Boundary
@@ -88,6 +90,14 @@ def _budget_key(tool: object) -> str:
             f"tool must be a non-blank str naming the Tool in the run's budget, got {tool!r}"
         )
     return tool
+
+
+def _sync(fn: object) -> None:
+    """Refuses an ``fn`` that cannot be a sync Tool: not callable, or a coroutine function."""
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {fn!r}")
+    if inspect.iscoroutinefunction(fn):
+        raise TypeError(f"fn must not be a coroutine function, got {fn!r}: use call_async")
 
 
 def _policy_of(ctx: RunContext, policy: object) -> RetryPolicy:
@@ -173,10 +183,28 @@ class GovernedTools:
         """
         return self._keys.key(self._ctx.run_id, tool_call_id)
 
-    def check(self, tool: str, tool_call_id: str) -> str:
-        """Check a Tool call's input without reserving anything; return its Tool Call key."""
+    def key_for(self, tool: str, tool_call_id: str) -> str:
+        """The Tool Call key of the call ``tool_call_id`` of ``tool``; reserves nothing.
+
+        Checks the call's input as :meth:`call` does before anything changes: raises
+        ``TypeError`` / ``ValueError`` for a ``tool`` that cannot name a Tool in the budget (not
+        a non-blank ``str``), ``UnsafeKeySegment`` for an ID that is not a safe key segment.
+        """
         _budget_key(tool)
         return self.key(tool_call_id)
+
+    def check(self, tool: str, tool_call_id: str) -> str:
+        """Deprecated alias of :meth:`key_for`, which returns the same key.
+
+        ``check`` named three things (the run's gate ``ctx.check``, the model checks, this).
+        """
+        warnings.warn(
+            "GovernedTools.check is deprecated: use GovernedTools.key_for, which returns the "
+            "same Tool Call key",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.key_for(tool, tool_call_id)
 
     def record_result(self, result: object) -> None:
         """Reserve the size of ``result`` against the run's byte budget (nothing for 0 bytes)."""
@@ -196,30 +224,20 @@ class GovernedTools:
         ``RunTerminated`` when the reservation (of the call or of its result's bytes) is refused
         or the run ends while ``fn`` runs (the call abandoned), or ``fn``'s own last exception.
         """
-        if not callable(fn):
-            raise TypeError(f"fn must be callable, got {fn!r}")
-        if inspect.iscoroutinefunction(fn):
-            raise TypeError(f"fn must not be a coroutine function, got {fn!r}: use call_async")
-        self.check(tool, tool_call_id)
-        reserve = self._reservation(tool)
+        _sync(fn)
+        call = _ToolCall(self, tool, tool_call_id)
         ctx = self._ctx
 
         def attempt() -> T:
-            reserve()
-            threads = WorkerThreads(tool)
+            threads = call.begin()
             try:
                 return wait(ctx, threads.submit(fn, *args, **kwargs))
             except RunTerminated as ending:
-                if threads.running:
-                    raise AttemptAbandoned(ending) from None
+                call.interrupted(ending, threads)
                 raise
 
         def run(attempt: Callable[[], T]) -> T:
-            subject = f"Tool {tool!r}"
-            result = self._executor.execute_named(subject, self._policy, attempt)
-            self._ctx.check(Boundary.TOOL)  # a deadline passed while it ran: the Tool's, not bytes'
-            self.record_result(result)
-            return result
+            return call.finish(self._executor.execute_named(call.subject, self._policy, attempt))
 
         if self._tracing is None:
             return run(attempt)
@@ -252,13 +270,12 @@ class GovernedTools:
 
         ``fn`` runs in a new daemon thread; the run's end abandons it (see :meth:`call`).
         """
-        if not callable(fn):
-            raise TypeError(f"fn must be callable, got {fn!r}")
-        if inspect.iscoroutinefunction(fn):
-            raise TypeError(f"fn must not be a coroutine function, got {fn!r}: use call_async")
+        _sync(fn)
         call = functools.partial(fn, *args, **kwargs)
 
         def in_thread(threads: Executor) -> Awaitable[T]:
+            import asyncio  # noqa: PLC0415 - lazy: only the async paths need asyncio
+
             return asyncio.get_running_loop().run_in_executor(threads, call)
 
         return await self.call_with_threads(tool, tool_call_id, in_thread)
@@ -275,57 +292,82 @@ class GovernedTools:
         """
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
-        self.check(tool, tool_call_id)
-        reserve = self._reservation(tool)
+        call = _ToolCall(self, tool, tool_call_id)
         ctx = self._ctx
 
         async def attempt() -> T:
-            reserve()
-            threads = WorkerThreads(tool)
+            threads = call.begin()
             try:
                 # The deadline or a cancel cancels this task, and the Tool with it; a sibling's
                 # refusal that exhausted the budget does not: this call was granted, it finishes.
                 async with ctx.scope(Boundary.TOOL, cut_on_budget=False):
                     return await fn(threads)
             except RunTerminated as ending:
-                if threads.running:
-                    raise AttemptAbandoned(ending) from None
+                call.interrupted(ending, threads)
                 raise
 
         async def run(attempt: Callable[[], Awaitable[T]]) -> T:
-            subject = f"Tool {tool!r}"
-            result = await self._executor.execute_named_async(subject, self._policy, attempt)
-            self._ctx.check(Boundary.TOOL)  # a deadline passed while it ran: the Tool's, not bytes'
-            self.record_result(result)
-            return result
+            executor = self._executor
+            return call.finish(
+                await executor.execute_named_async(call.subject, self._policy, attempt)
+            )
 
         if self._tracing is None:
             return await run(attempt)
         classify = self._executor.classify
         return await self._tracing.tool_call_async(tool, tool_call_id, classify, run, attempt)
 
-    def _reservation(self, tool: str) -> Callable[[], None]:
-        """What each attempt calls first: the first reserves the Tool call, retries nothing.
-
-        The reservation is made inside the attempt, after the executor's gate, so nothing stands
-        between a granted reservation and the Tool starting: a call is counted exactly when it
-        runs. (Reserved before the gate, a call could be counted and then refused there, when a
-        concurrent refusal ended the run in between.) A refused reservation is recorded as the
-        attempt's failure, with the run's ending as its kind; the Tool did not run.
-        """
-        reserved = False
-        reserve_tool_call = self._ctx.reserve_tool_call
-
-        def reserve() -> None:
-            nonlocal reserved
-            if not reserved:
-                reserve_tool_call(tool)
-                reserved = True
-
-        return reserve
-
     def __repr__(self) -> str:
         return (
             f"GovernedTools(run_id={self._ctx.run_id!r}, policy={self._policy.name!r}, "
             f"key_prefix={self._keys.prefix!r})"
         )
+
+
+@final
+class _ToolCall:
+    """One governed Tool call's decisions, written once for :meth:`GovernedTools.call` and the
+    async calls: their attempts and runs only call, wait and await, and ask this what to do.
+
+    Built only after the call's input passed (:meth:`GovernedTools.key_for`): bad input changes
+    no state. Invariants: the Tool call is reserved at most once, when its first attempt begins
+    (:meth:`begin`) -- after the executor's gate, so that nothing stands between a granted
+    reservation and the Tool starting: a call is counted exactly when it runs (reserved before
+    the gate, it could be counted and then refused there, when a concurrent refusal ended the run
+    in between); a refused reservation is the attempt's failure, the run's ending its kind, and
+    the Tool does not run. A result is returned only by :meth:`finish`, after the TOOL gate and
+    its bytes' reservation. Owned by the one thread or task making the call: unlocked.
+    """
+
+    __slots__ = ("_reserved", "_tools", "subject", "tool")
+
+    def __init__(self, tools: GovernedTools, tool: str, tool_call_id: str) -> None:
+        tools.key_for(tool, tool_call_id)
+        self._tools = tools
+        self.tool = tool
+        self.subject = f"Tool {tool!r}"  # what the executor's journal names
+        self._reserved = False
+
+    def begin(self) -> WorkerThreads:
+        """An attempt begins: the first reserves the Tool call (retries reserve nothing); the
+        attempt's own threads, for its sync work."""
+        if not self._reserved:
+            self._tools.ctx.reserve_tool_call(self.tool)
+            self._reserved = True
+        return WorkerThreads(self.tool)
+
+    @staticmethod
+    def interrupted(ending: RunTerminated, threads: WorkerThreads) -> None:
+        """The run's ``ending`` interrupted an attempt: raises ``AttemptAbandoned`` when the
+        attempt's work still runs in ``threads`` (the executor journals it ``ABANDONED``, and
+        raises ``ending``); returns otherwise, for the attempt to raise ``ending`` itself."""
+        if threads.running:
+            raise AttemptAbandoned(ending) from None
+
+    def finish(self, result: T) -> T:
+        """The executor returned ``result``: a deadline that passed while the Tool ran is the
+        Tool call's (the TOOL gate), not its result's; then the result's bytes are reserved."""
+        tools = self._tools
+        tools.ctx.check(Boundary.TOOL)
+        tools.record_result(result)
+        return result

@@ -160,7 +160,7 @@ class _Governance:
         """Check every function call of a model answer before the SDK can start any of them."""
         for item in output:
             if isinstance(item, ResponseFunctionToolCall):
-                self.tools.check(item.name, item.call_id)
+                self.tools.key_for(item.name, item.call_id)
 
 
 def _usage_of(response: Any) -> TokenUsage:

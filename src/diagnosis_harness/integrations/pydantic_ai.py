@@ -326,7 +326,7 @@ class _GovernedAttemptModel(WrapperModel):
         tools = {tool.name for tool in parameters.function_tools}
         for part in response.parts:
             if isinstance(part, ToolCallPart) and part.tool_name in tools:
-                self._tools.check(part.tool_name, part.tool_call_id)
+                self._tools.key_for(part.tool_name, part.tool_call_id)
 
 
 @final
