@@ -19,8 +19,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import diagnosis_harness
 from diagnosis_harness.conformance.suite.test_core_independence import PROBE, core_modules
 
@@ -119,35 +117,22 @@ LAZY = (
 _FLOOR = "typing, dataclasses, enum, threading, contextlib, collections.abc, types"
 
 _LAZY_PROBE = f"""
-import json, sys, types
+import json, sys
 import {_FLOOR}
 floor = set(sys.modules)
-stub = sys.argv[1]
-if stub:  # the package without its __init__: only the named module and what it imports
-    package = types.ModuleType("diagnosis_harness")
-    package.__path__ = [stub]
-    sys.modules["diagnosis_harness"] = package
-__import__(sys.argv[2])
+__import__(sys.argv[1])
 print(json.dumps(sorted(set(sys.modules) - floor)))
 """
 
 
-def _loaded_above_the_floor(module: str, *, without_init: bool) -> set[str]:
+def _loaded_above_the_floor(module: str) -> set[str]:
     """The modules of ``LAZY`` that importing ``module`` adds, in a fresh interpreter, above what
-    the floor loads. ``without_init``: the package's ``__init__`` (which imports every module) is
-    not run, so the answer is that module's own doing and that of what it imports."""
+    the floor loads."""
     # -S: no site, so no .pth hook of the environment has loaded one of them before the probe
     # looks; the package is found through PYTHONPATH, its parent directory alone.
     package_dir = Path(diagnosis_harness.__file__).resolve().parent
     result = subprocess.run(
-        [
-            sys.executable,
-            "-S",
-            "-c",
-            _LAZY_PROBE,
-            str(package_dir) if without_init else "",
-            module,
-        ],
+        [sys.executable, "-S", "-c", _LAZY_PROBE, module],
         env={**os.environ, "PYTHONPATH": str(package_dir.parent)},
         capture_output=True,
         text=True,
@@ -158,25 +143,13 @@ def _loaded_above_the_floor(module: str, *, without_init: bool) -> set[str]:
     return {lazy for lazy in LAZY for name in added if name == lazy or name.startswith(f"{lazy}.")}
 
 
-@pytest.mark.parametrize(
-    "module",
-    ["diagnosis_harness._cancellation", "diagnosis_harness._clock", "diagnosis_harness._keys"],
-)
-def test_a_sync_module_imports_nothing_it_needs_only_later(module: str) -> None:
-    """Cancellation (asyncio in ``wait_async``, logging on a callback's error), the clock (no
-    ``fractions``) and the keys (no ``re``, which shows only where ``typing`` does not load it)
-    each load none of ``LAZY`` above the floor, nor does anything they import."""
-    assert _loaded_above_the_floor(module, without_init=True) == set()
+def test_importing_the_package_loads_nothing_a_sync_user_needs_only_later() -> None:
+    """Cancellation imports asyncio in ``wait_async`` and logging on a callback's error, the
+    retry executor and the scope asyncio on their async paths and random for a jitter; the clock
+    needs no ``fractions``, the keys no ``re`` (seen only where ``typing`` does not load it)."""
+    assert _loaded_above_the_floor("diagnosis_harness") == set()
 
 
 def test_the_lazy_probe_would_see_a_lazy_import() -> None:
-    assert _loaded_above_the_floor("asyncio", without_init=False) >= {"asyncio", "logging"}
-    assert "fractions" in _loaded_above_the_floor("fractions", without_init=False)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="until _retry/_scope are lazy: they import asyncio and random at module level",
-)
-def test_importing_the_package_loads_nothing_a_sync_user_needs_only_later() -> None:
-    assert _loaded_above_the_floor("diagnosis_harness", without_init=False) == set()
+    assert _loaded_above_the_floor("asyncio") >= {"asyncio", "logging"}
+    assert "fractions" in _loaded_above_the_floor("fractions")
