@@ -5,7 +5,7 @@ model -- sends its requests through one ``ModelCall``, and only translates its S
 (how to send, where the usage is). What a governed model call is, decided here once:
 
 1. the arguments: the run (``ctx``), the retry policy, the executor, checked when the adapter is
-   built (:func:`checked_ctx`, :func:`policy_of`, :func:`executor_of`);
+   built (:mod:`._arguments`, the same checks as the Tool calls');
 2. the reservation (:meth:`ModelCall.reserve`, held around the attempt's request): the gate and
    one Model call in one decision -- a refusal reserves nothing and the request is never sent.
    It gives the attempt's :class:`ModelReservation`, on which the response's usage is recorded
@@ -33,16 +33,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, final
 
 from .._boundary import Boundary
-from .._context import RunContext
 from .._errors import HarnessError
-from .._retry import HarnessRetryExecutor
-from .._retry_policy import RetryPolicy
+from ._arguments import checked_ctx, executor_of, policy_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
     from types import TracebackType
 
-    from .._retry import Classifier
+    from .._context import RunContext
+    from .._retry import Classifier, HarnessRetryExecutor
+    from .._retry_policy import RetryPolicy
     from ._chat import ChatResponse, Server
     from .otel import HarnessTracing
 
@@ -52,9 +52,6 @@ __all__ = [
     "TokenUsage",
     "UsageMeter",
     "UsageNotReported",
-    "checked_ctx",
-    "executor_of",
-    "policy_of",
 ]
 
 R = TypeVar("R")
@@ -106,64 +103,7 @@ class UsageMeter(Protocol[C_contra]):
         ...
 
 
-# -- the arguments, checked once for every adapter ------------------------------------------------
-
-
-def checked_ctx(ctx: object) -> RunContext:
-    """``ctx`` if it is a ``RunContext``; else a ``TypeError`` before anything is built."""
-    if type(ctx) is not RunContext:
-        raise TypeError(f"ctx must be a RunContext, got {ctx!r}")
-    return ctx
-
-
-def policy_of(ctx: RunContext, policy: object) -> RetryPolicy:
-    """The retry policy ``policy`` is, or names among ``ctx.retry_policies``.
-
-    An unknown name is a ``ValueError`` (also a ``KeyError``: a lookup that missed) listing the
-    run's policies; anything else but a name or a ``RetryPolicy`` a ``TypeError``.
-    """
-    if type(policy) is RetryPolicy:
-        return policy
-    if not isinstance(policy, str):
-        raise TypeError(
-            f"policy must be the name of one of the run's retry policies or a RetryPolicy, "
-            f"got {policy!r}"
-        )
-    if policy not in ctx.retry_policies:
-        known = ", ".join(sorted(ctx.retry_policies))
-        raise _UnknownPolicy(
-            f"policy must name one of the run's retry policies ({known}), got {policy!r}: "
-            f"no retry policy named {policy!r}"
-        )
-    return ctx.retry_policies[policy]
-
-
-@final
-class _UnknownPolicy(ValueError, KeyError):
-    """A policy name the run does not have: a bad value, and a lookup that missed."""
-
-    def __str__(self) -> str:  # KeyError's own quotes its message; a ValueError's reads plainly
-        return str(self.args[0])
-
-
-def executor_of(
-    ctx: RunContext,
-    executor: object,
-    classifier: Classifier | None,
-    *,
-    default: Classifier | None = None,
-) -> HarnessRetryExecutor:
-    """``executor``, or a new one for ``ctx`` classifying with ``classifier`` (else ``default``).
-
-    Giving both an executor and a classifier is a ``ValueError``: the executor has its own.
-    """
-    if executor is None:
-        return HarnessRetryExecutor(ctx, classifier=default if classifier is None else classifier)
-    if classifier is not None:
-        raise ValueError("give executor or classifier, not both: the executor has its own")
-    if type(executor) is not HarnessRetryExecutor:
-        raise TypeError(f"executor must be a HarnessRetryExecutor or None, got {executor!r}")
-    return executor
+# -- the arguments -------------------------------------------------------------------------------
 
 
 def _positive_seconds(name: str, value: object) -> float | None:

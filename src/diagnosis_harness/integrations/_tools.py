@@ -43,18 +43,19 @@ import warnings
 from typing import TYPE_CHECKING, ParamSpec, TypeVar, final
 
 from .._boundary import Boundary
-from .._context import RunContext
 from .._errors import RunTerminated
 from .._keys import ToolCallKeyFactory
 from .._retry import AttemptAbandoned, HarnessRetryExecutor
-from .._retry_policy import RetryPolicy
 from .._threads import WorkerThreads, wait
+from ._arguments import checked_ctx, executor_of, policy_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
     from concurrent.futures import Executor
 
+    from .._context import RunContext
     from .._retry import Classifier
+    from .._retry_policy import RetryPolicy
     from .otel import HarnessTracing
 
 __all__ = ["GovernedTools", "result_bytes"]
@@ -100,19 +101,6 @@ def _sync(fn: object) -> None:
         raise TypeError(f"fn must not be a coroutine function, got {fn!r}: use call_async")
 
 
-def _policy_of(ctx: RunContext, policy: object) -> RetryPolicy:
-    if type(policy) is RetryPolicy:
-        return policy
-    if not isinstance(policy, str):
-        raise TypeError(f"policy must be a RetryPolicy or a policy name, got {policy!r}")
-    if policy not in ctx.retry_policies:
-        known = ", ".join(sorted(ctx.retry_policies))
-        raise ValueError(
-            f"policy must name one of the run's retry policies ({known}), got {policy!r}"
-        )
-    return ctx.retry_policies[policy]
-
-
 @final
 class GovernedTools:
     """One run's Tool calls, governed: reserved, keyed, retried by policy, their results counted.
@@ -141,18 +129,10 @@ class GovernedTools:
         measure: Callable[[object], int] | None = None,
         tracing: HarnessTracing | None = None,
     ) -> None:
-        if type(ctx) is not RunContext:
-            raise TypeError(f"ctx must be a RunContext, got {ctx!r}")
-        self._ctx = ctx
-        self._policy = _policy_of(ctx, policy)
+        self._ctx = checked_ctx(ctx)
+        self._policy = policy_of(ctx, policy)
         self._keys = ToolCallKeyFactory(key_prefix)
-        if executor is not None and classifier is not None:
-            raise ValueError("give executor or classifier, not both: the executor has its own")
-        if executor is None:
-            executor = HarnessRetryExecutor(ctx, classifier=classifier)
-        elif type(executor) is not HarnessRetryExecutor:
-            raise TypeError(f"executor must be a HarnessRetryExecutor, got {executor!r}")
-        self._executor = executor
+        self._executor = executor_of(ctx, executor, classifier)
         if measure is not None and not callable(measure):
             raise TypeError(f"measure must be callable (result -> bytes), got {measure!r}")
         self._measure = result_bytes if measure is None else measure

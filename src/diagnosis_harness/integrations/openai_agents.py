@@ -63,10 +63,11 @@ from .._boundary import Boundary
 from .._errors import RunTerminated
 from .._threads import WorkerThreads
 from ._agent_endings import agent_run_ending, refused_tool_call
+from ._arguments import checked_ctx
 from ._chat import ChatResponse
 from ._classify import classify_openai
 from ._extras import missing_extra
-from ._model_call import Chat, ModelCall, ModelReservation, TokenUsage, checked_ctx
+from ._model_call import Chat, ModelCall, ModelReservation, TokenUsage
 from ._tools import GovernedTools, _budget_key
 
 try:
