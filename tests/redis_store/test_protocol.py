@@ -206,8 +206,14 @@ def test_a_snapshot_carries_the_status_first() -> None:
             "'ended_now', 'unknown' only",
         ),
         ("create", [], "'create' answered the code ''"),
+        (
+            "finish",
+            [b"ended", b"BOGUS", b"", b"", b"", b"", b"ACTIVE", b""],
+            "'finish' answered Status .*: a field is not one this library writes "
+            "\\(KeyError: 'BOGUS'\\)",
+        ),
     ],
-    ids=["too many", "too few", "capacity", "odd pairs", "unknown code", "empty"],
+    ids=["too many", "too few", "capacity", "odd pairs", "unknown code", "empty", "bad state"],
 )
 def test_an_answer_of_another_shape_is_an_error_naming_the_function(
     function: str, raw: list[bytes], message: str

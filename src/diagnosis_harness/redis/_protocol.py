@@ -26,6 +26,7 @@ from .._generated.tables import BudgetState, RunState
 from .._limits import BudgetDimension
 
 if TYPE_CHECKING:
+    import enum
     from collections.abc import Callable, Mapping, Sequence
 
 __all__ = [
@@ -160,14 +161,20 @@ def _optional(convert: Callable[[str], Any]) -> Callable[[str], Any]:
     return lambda text: convert(text) if text else None  # '' is how Lua answers "none"
 
 
+def _member(members_of: type[enum.Enum], *, by_name: bool = False) -> Callable[[str], Any]:
+    """The member of ``enum`` a text names: a dict lookup (an enum's own call is far slower)."""
+    members = {(m.name if by_name else m.value): m for m in members_of}
+    return members.__getitem__  # a text of no member: KeyError, a ProtocolError in _shaped
+
+
 _CONVERT: Final[Mapping[str, Callable[[str], Any]]] = MappingProxyType(
     {
-        "state": RunState,
-        "budget": BudgetState,
+        "state": _member(RunState),
+        "budget": _member(BudgetState),
         "at": _optional(int),
-        "signal": _optional(CancellationReason),
-        "exhausted": _optional(BudgetDimension),
-        "boundary": _optional(Boundary.__getitem__),  # by name, as the refusals name it
+        "signal": _optional(_member(CancellationReason)),
+        "exhausted": _optional(_member(BudgetDimension)),
+        "boundary": _optional(_member(Boundary, by_name=True)),  # as the refusals name it
         **dict.fromkeys(
             ("limit", "used", *Snapshot._fields[len(Status._fields) : -1]),
             lambda text: int(text or 0),
@@ -180,6 +187,11 @@ _CONVERT: Final[Mapping[str, Callable[[str], Any]]] = MappingProxyType(
 def _fields(kind: type[Answer]) -> tuple[str, ...]:
     """The fields of ``kind`` the wire carries in order (the pairs after them not counted)."""
     return tuple(name for name in kind._fields if name != _PAIRS)
+
+
+# Each shape's wire fields and their readers, worked out once: decode() runs on every answer.
+_WIRE: Final = {kind: _fields(kind) for kind in _KINDS}
+_READERS: Final = {kind: tuple(_CONVERT.get(name, str) for name in _WIRE[kind]) for kind in _KINDS}
 
 
 def decode(function: str, raw: Sequence[Any]) -> Answer:
@@ -208,7 +220,7 @@ def status_of(values: Sequence[bytes | str | None]) -> Status | Unknown:
 
 
 def _shaped(function: str, kind: type[Answer], raw: Sequence[Any]) -> Answer:
-    names = _fields(kind)
+    names = _WIRE[kind]
     pairs = _PAIRS in kind._fields
     extra = len(raw) - len(names)
     if extra < 0 or (extra % 2 if pairs else extra):
@@ -217,9 +229,15 @@ def _shaped(function: str, kind: type[Answer], raw: Sequence[Any]) -> Answer:
             f"fields; its {kind.__name__} has {len(names)}: {', '.join(names)}"
             + (", then (name, count) pairs" if pairs else "")
         )
-    values: list[Any] = [
-        _CONVERT.get(name, str)(_str(v)) for name, v in zip(names, raw[: len(names)], strict=True)
-    ]
+    try:
+        values: list[Any] = [
+            read(_str(value)) for read, value in zip(_READERS[kind], raw, strict=False)
+        ]
+    except (KeyError, ValueError) as error:
+        raise ProtocolError(
+            f"the Redis function {function!r} answered {kind.__name__} {list(raw)!r}: a field "
+            f"is not one this library writes ({type(error).__name__}: {error})"
+        ) from error
     if pairs:
         rest = raw[len(names) :]
         counts = {_str(rest[i]): int(rest[i + 1]) for i in range(0, extra, 2)}
