@@ -193,10 +193,24 @@ def _fields(kind: type[Answer]) -> tuple[str, ...]:
 _WIRE: Final = {kind: _fields(kind) for kind in _KINDS}
 _READERS: Final = {kind: tuple(_CONVERT.get(name, str) for name in _WIRE[kind]) for kind in _KINDS}
 
+# The answers that are their code alone, made once for each spelling of the code (redis-py
+# answers bytes, or str with decode_responses): a grant, the most frequent, is one lookup.
+_ALONE: Final[dict[tuple[str, bytes | str], Answer]] = {
+    (function, spelled): kind._make((code,))
+    for function, shapes in ANSWERS.items()
+    for code, kind in shapes.items()
+    if len(kind._fields) == 1
+    for spelled in (code, code.encode())
+}
+
 
 def decode(function: str, raw: Sequence[Any]) -> Answer:
     """``raw``, the answer of ``function``, as its named tuple; :class:`ProtocolError` if the
     function may not answer its code, or the count of fields is not the code's shape's."""
+    if len(raw) == 1:
+        alone = _ALONE.get((function, raw[0]))
+        if alone is not None:
+            return alone
     shapes = ANSWERS[function]
     code = _str(raw[0]) if raw else ""
     kind = shapes.get(code)
