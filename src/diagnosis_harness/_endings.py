@@ -10,25 +10,35 @@ all read it; none of them spells the mapping out again.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Final, final
 
+from ._boundary import Boundary
 from ._errors import BudgetExhausted, RunCancelled, RunFinished, RunTerminated, RunTimedOut
 from ._failure import FailureKind
 from ._generated.tables import LifecycleEvent, RunState
+from ._limits import BudgetDimension
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from ._boundary import Boundary
-    from ._limits import BudgetDimension
-
 __all__ = [
+    "CANCELLED",
+    "DEADLINE_EXCEEDED",
     "ENDINGS",
+    "LIMIT",
+    "LIMIT_BOUNDARY",
+    "MODEL_CALLS_REFUSED",
+    "PER_TOOL_CALLS_REFUSED",
+    "REASON_TEXTS",
+    "RUN_BYTES_REFUSED",
+    "TOKENS_EXCEEDED",
+    "TOOL_CALLS_REFUSED",
     "CancellationReason",
     "Ending",
     "FinishResult",
+    "ReasonText",
     "RunTermination",
     "deadline_reason",
     "ending_of",
@@ -149,6 +159,84 @@ _BY_SIGNAL: dict[CancellationReason | None, Ending] = {
 }
 
 
+@final
+@dataclass(frozen=True, slots=True)
+class ReasonText:
+    """One reason's wording, written once: ``text`` with ``{field}`` holes.
+
+    The owner in this process fills it with :meth:`format`; the Redis scripts fill the same text,
+    rendered into their prelude (``diagnosis_harness.redis._scripts``), with ``text(name,
+    values)``. So a reason reads the same whichever store recorded it. Every hole is filled and
+    nothing else is given; the values are given already worded (a Tool's ``repr``, say).
+    """
+
+    name: str
+    text: str
+    fields: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        # The holes, read without ``string`` (and the ``re`` it imports): no text here has braces
+        # of its own.
+        names = frozenset(part.split("}", 1)[0] for part in self.text.split("{")[1:])
+        object.__setattr__(self, "fields", names)  # derived once; frozen afterwards
+
+    def format(self, **values: object) -> str:
+        if values.keys() != self.fields:
+            raise ValueError(
+                f"the {self.name} text takes {sorted(self.fields)}, was given {sorted(values)}"
+            )
+        return self.text.format_map(values)
+
+
+DEADLINE_EXCEEDED: Final = ReasonText(
+    "deadline_exceeded", "deadline exceeded: {late} past it when the {boundary} boundary checked"
+)
+"""``TIMED_OUT``: how far past (:func:`seconds_text`), and which boundary looked."""
+LIMIT: Final = ReasonText("limit", "{dimension} limit {detail}")
+"""``BUDGET_EXHAUSTED``: the limit's dimension, then one of the details below."""
+MODEL_CALLS_REFUSED: Final = ReasonText("model_calls", "{limit} reached: Model call {call} refused")
+TOOL_CALLS_REFUSED: Final = ReasonText(
+    "tool_calls", "{limit} reached: Tool call {call} ({tool}) refused"
+)
+PER_TOOL_CALLS_REFUSED: Final = ReasonText(
+    "per_tool_calls", "{limit} for Tool {tool} reached: call {call} refused"
+)
+RUN_BYTES_REFUSED: Final = ReasonText(
+    "run_bytes", "{limit} would be passed: {n} more bytes refused ({used} used)"
+)
+TOKENS_EXCEEDED: Final = ReasonText("tokens", "{limit} exceeded: {used} used")
+"""Usage reported past a token limit (input, output or total)."""
+CANCELLED: Final = ReasonText("cancelled", "cancelled: {reason}")
+"""``cancel(reason)``: the reason's name."""
+
+REASON_TEXTS: Final = (
+    DEADLINE_EXCEEDED,
+    LIMIT,
+    MODEL_CALLS_REFUSED,
+    TOOL_CALLS_REFUSED,
+    PER_TOOL_CALLS_REFUSED,
+    RUN_BYTES_REFUSED,
+    TOKENS_EXCEEDED,
+    CANCELLED,
+)
+"""Every reason text the harness writes; the Redis prelude renders each one."""
+
+
+LIMIT_BOUNDARY: Mapping[BudgetDimension, Boundary] = MappingProxyType(
+    {
+        BudgetDimension.MODEL_CALLS: Boundary.MODEL,
+        BudgetDimension.TOOL_CALLS: Boundary.TOOL,
+        BudgetDimension.PER_TOOL_CALLS: Boundary.TOOL,
+        BudgetDimension.INPUT_TOKENS: Boundary.MODEL,
+        BudgetDimension.OUTPUT_TOKENS: Boundary.MODEL,
+        BudgetDimension.TOTAL_TOKENS: Boundary.MODEL,
+        BudgetDimension.RUN_BYTES: Boundary.CAPACITY,
+    }
+)
+"""The boundary at which each limit is reached: the reservation it refuses, or, for tokens, the
+Model call whose reported usage passed it. A termination records it; messages name it first."""
+
+
 def seconds_text(ns: int) -> str:
     """``ns`` (>= 0) nanoseconds in seconds, as a person reads them: to the millisecond
     (``1.716 s``, truncated), or exactly below one millisecond (``0.0000002 s``, ``0 s``)."""
@@ -164,8 +252,7 @@ def deadline_reason(now_ns: int, deadline_ns: int, boundary: Boundary) -> str:
     It says how far past, in seconds, and which boundary looked; the instants themselves are
     the termination's ``at_ns`` and the run's ``deadline.instant_ns``.
     """
-    late = seconds_text(now_ns - deadline_ns)
-    return f"deadline exceeded: {late} past it when the {boundary.name} boundary checked"
+    return DEADLINE_EXCEEDED.format(late=seconds_text(now_ns - deadline_ns), boundary=boundary.name)
 
 
 def ending_of(event: LifecycleEvent) -> Ending:

@@ -24,6 +24,14 @@ from ._boundary import Boundary
 from ._cancellation import CancelSignal, Pending
 from ._checkpoint import checkpoint
 from ._endings import (
+    CANCELLED,
+    LIMIT,
+    LIMIT_BOUNDARY,
+    MODEL_CALLS_REFUSED,
+    PER_TOOL_CALLS_REFUSED,
+    RUN_BYTES_REFUSED,
+    TOKENS_EXCEEDED,
+    TOOL_CALLS_REFUSED,
     FinishResult,
     RunTermination,
     deadline_reason,
@@ -42,20 +50,6 @@ __all__ = ["LocalRun"]
 
 _RESERVE = BudgetEvent.RESERVE
 _RECORD_USAGE = BudgetEvent.RECORD_USAGE
-
-# The boundary at which each limit is reached: the reservation it refuses, or, for tokens, the
-# Model call whose reported usage passed it. A termination records it; messages name it first.
-_BOUNDARY_OF = MappingProxyType(
-    {
-        BudgetDimension.MODEL_CALLS: Boundary.MODEL,
-        BudgetDimension.TOOL_CALLS: Boundary.TOOL,
-        BudgetDimension.PER_TOOL_CALLS: Boundary.TOOL,
-        BudgetDimension.INPUT_TOKENS: Boundary.MODEL,
-        BudgetDimension.OUTPUT_TOKENS: Boundary.MODEL,
-        BudgetDimension.TOTAL_TOKENS: Boundary.MODEL,
-        BudgetDimension.RUN_BYTES: Boundary.CAPACITY,
-    }
-)
 
 
 @final
@@ -203,7 +197,7 @@ class LocalRun:
                 self._budget_state = grant.target
                 self._model_calls = used + 1
                 return
-            detail = f"{limit} reached: Model call {used + 1} refused"
+            detail = MODEL_CALLS_REFUSED.format(limit=limit, call=used + 1)
             pending = self._refuse_locked(
                 Boundary.MODEL, BudgetDimension.MODEL_CALLS, detail, now_ns
             )
@@ -233,10 +227,12 @@ class LocalRun:
                 return
             if total >= limits.tool_calls:
                 dimension = BudgetDimension.TOOL_CALLS
-                detail = f"{limits.tool_calls} reached: Tool call {total + 1} ({tool!r}) refused"
+                detail = TOOL_CALLS_REFUSED.format(
+                    limit=limits.tool_calls, call=total + 1, tool=repr(tool)
+                )
             else:
                 dimension = BudgetDimension.PER_TOOL_CALLS
-                detail = f"{limit} for Tool {tool!r} reached: call {used + 1} refused"
+                detail = PER_TOOL_CALLS_REFUSED.format(limit=limit, tool=repr(tool), call=used + 1)
             pending = self._refuse_locked(Boundary.TOOL, dimension, detail, now_ns)
         self._refuse(Boundary.TOOL, pending)
 
@@ -257,7 +253,7 @@ class LocalRun:
                 self._budget_state = grant.target
                 self._run_bytes = used + n
                 return
-            detail = f"{limit} would be passed: {n} more bytes refused ({used} used)"
+            detail = RUN_BYTES_REFUSED.format(limit=limit, n=n, used=used)
             pending = self._refuse_locked(
                 Boundary.CAPACITY, BudgetDimension.RUN_BYTES, detail, now_ns
             )
@@ -279,7 +275,7 @@ class LocalRun:
                 self._step_budget_locked(_RECORD_USAGE)
                 return
             dimension, limit, used = over
-            detail = f"{limit} exceeded: {used} used"
+            detail = TOKENS_EXCEEDED.format(limit=limit, used=used)
             pending = self._exhaust_locked(_RECORD_USAGE, dimension, detail, now_ns)
         self._deliver(pending)
 
@@ -299,7 +295,9 @@ class LocalRun:
             if pending is None:
                 return False
             event = ending_of_cancel(reason).event
-            self._end_locked(event, f"cancelled: {reason.name}", self._clock.monotonic_ns())
+            self._end_locked(
+                event, CANCELLED.format(reason=reason.name), self._clock.monotonic_ns()
+            )
         self._signal.deliver(pending, reason)
         return True
 
@@ -336,8 +334,8 @@ class LocalRun:
         if not self._step_budget_locked(event, within_limits=False):
             return None  # exhausted already; the run ended then
         self._exhausted = dimension
-        reason = f"{dimension.value} limit {detail}"
-        boundary = _BOUNDARY_OF[dimension]
+        reason = LIMIT.format(dimension=dimension.value, detail=detail)
+        boundary = LIMIT_BOUNDARY[dimension]
         return self._end_locked(LifecycleEvent.EXHAUST_BUDGET, reason, now_ns, boundary)
 
     def _time_out_locked(self, boundary: Boundary, now_ns: int) -> Pending | None:

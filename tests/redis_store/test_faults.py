@@ -30,6 +30,7 @@ from diagnosis_harness import (
     UnknownRun,
 )
 from diagnosis_harness.redis import RedisRunStore
+from diagnosis_harness.redis._link import StoreLink
 from diagnosis_harness.redis._store import RunKeys
 
 from .server import REDIS_SERVER, RedisServer
@@ -203,9 +204,10 @@ def test_a_retried_script_is_applied_once(client: redis.Redis, namespace: str) -
     store = RedisRunStore(client, namespace=namespace)
     ctx = _run(store, ManualClock())
     keys = RunKeys.of(namespace, ctx.run_id)  # the keys the run's owner sends its scripts
+    link = StoreLink(client, "test")  # what the owners send on: the store's private plumbing
     for _ in range(3):
-        store.call("reserve_tool_call", keys, [keys.channel, "op-1", 0, "search", "'search'"])
-        store.call("record_token_usage", keys, [keys.channel, "op-2", 0, 4, 2])
+        link.call("reserve_tool_call", keys, [keys.channel, "op-1", 0, "search", "'search'"])
+        link.call("record_token_usage", keys, [keys.channel, "op-2", 0, 4, 2])
     usage = ctx.budget.snapshot()
     assert (usage.tool_calls, usage.input_tokens, usage.output_tokens) == (1, 4, 2)
     store.close()

@@ -90,6 +90,46 @@ def reserve_tools(
     out.put((worker, granted, refused))
 
 
+def _time_out(ctx: RunContext) -> bool:
+    try:
+        answered(lambda: ctx.check(Boundary.TOOL))  # at the deadline: raises
+    except RunTerminated as error:
+        return error.termination.state.name == "TIMED_OUT"
+    return False
+
+
+def _exhaust(ctx: RunContext) -> bool:
+    try:
+        ctx.reserve_model_call()  # the one Model call is used: raises, exhausting the budget
+    except RunTerminated as error:
+        return isinstance(error, BudgetExhausted) and "model_calls" in error.termination.reason
+    return False
+
+
+def _report_past_the_limit(ctx: RunContext) -> bool:
+    with contextlib.suppress(RunTerminated):
+        ctx.record_token_usage(input_tokens=1_000, output_tokens=0)
+    termination = ctx.lifecycle.termination
+    return termination is not None and "input_tokens" in termination.reason
+
+
+def _cancel(reason: CancellationReason) -> Callable[[RunContext], bool]:
+    return lambda ctx: ctx.cancellation.cancel(reason)
+
+
+_WAYS_TO_END: dict[int, Callable[[RunContext], bool]] = {
+    0: lambda ctx: ctx.lifecycle.succeed("the diagnosis is ready").changed,
+    1: lambda ctx: ctx.lifecycle.fail("the Model answered nonsense").changed,
+    2: _cancel(CancellationReason.USER_REQUESTED),
+    3: _cancel(CancellationReason.CLIENT_DISCONNECTED),
+    4: _time_out,  # its process's clock is at the deadline
+    5: _exhaust,
+    6: _report_past_the_limit,
+    7: _cancel(CancellationReason.SHUTDOWN),
+}
+"""Each worker's way to end the run: whether its ending is the one recorded."""
+
+
 def race_to_end(
     *,
     port: int,
@@ -114,34 +154,10 @@ def race_to_end(
     if clock is not None:  # this process's clock has passed the deadline; the others' have not
         clock.advance_ns(ctx.deadline.remaining_ns(clock))
     start.wait(_WAIT)
-    won = False
     try:
-        if worker == 0:
-            won = ctx.lifecycle.succeed("the diagnosis is ready").changed
-        elif worker == 1:
-            won = ctx.lifecycle.fail("the Model answered nonsense").changed
-        elif worker in (2, 3, 7):
-            reason = {
-                2: CancellationReason.USER_REQUESTED,
-                3: CancellationReason.CLIENT_DISCONNECTED,
-                7: CancellationReason.SHUTDOWN,
-            }[worker]
-            won = ctx.cancellation.cancel(reason)
-        elif worker == 4:
-            answered(lambda: ctx.check(Boundary.TOOL))  # at the deadline: raises
-        elif worker == 5:
-            ctx.reserve_model_call()  # the one Model call is used: raises, exhausting the budget
-        elif worker == 6:
-            ctx.record_token_usage(input_tokens=1_000, output_tokens=0)  # past the limit
-    except RunTerminated as error:
-        state = error.termination.state.name
-        if worker == 4:
-            won = state == "TIMED_OUT"
-        elif worker == 5:
-            won = isinstance(error, BudgetExhausted) and "model_calls" in error.termination.reason
-    if worker == 6:
-        termination = ctx.lifecycle.termination
-        won = termination is not None and "input_tokens" in termination.reason
+        won = _WAYS_TO_END[worker](ctx)
+    except RunTerminated:
+        won = False  # an ending came first, and this way to end raises it
     ran.wait(_WAIT)  # the listener, or an operation, delivers this process's callback
     read = answered(lambda: termination_of(ctx))
     answered(ctx.budget.snapshot)  # more reads of the ending: none may run the callback again

@@ -10,22 +10,20 @@ no deadline: each round trip waits at most the store's timeout.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Final, final
 
 import redis
 
 from .._errors import RunStoreConflict
 from .._validate import positive_int
 from ._ops import OperationIds
+from ._protocol import Capacity
 
 if TYPE_CHECKING:
-    from ._store import RedisRunStore, RunKeys
+    from ._link import StoreLink
+    from ._store import RunKeys
 
 __all__ = ["RedisCapacityCounter"]
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 @final
@@ -38,22 +36,22 @@ class RedisCapacityCounter:
     no answer) is applied once.
     """
 
-    __slots__ = ("_ids", "_keys", "_limit", "_store")
+    __slots__ = ("_ids", "_keys", "_limit", "_link")
 
-    def __init__(self, store: RedisRunStore, keys: RunKeys, limit_bytes: int) -> None:
+    def __init__(self, link: StoreLink, keys: RunKeys, limit_bytes: int) -> None:
         self._limit: Final = positive_int("limit_bytes", limit_bytes)
-        self._store = store
+        self._link = link
         self._keys = keys
         self._ids = OperationIds()
         self._call(0)  # the limit is checked against the stored one now, not at first use
 
     def try_reserve(self, n: int) -> bool:
         """Reserve ``n`` bytes and return ``True`` if ``used + n <= limit``, else ``False``."""
-        return _text(self._call(positive_int("n", n))[0]) == "ok"
+        return self._call(positive_int("n", n)).code == "ok"
 
     @property
     def used(self) -> int:
-        return int(self._call(0)[2])
+        return self._call(0).used
 
     @property
     def limit(self) -> int:
@@ -63,27 +61,24 @@ class RedisCapacityCounter:
     def remaining(self) -> int:
         return self._limit - self.used
 
-    def _call(self, n: int) -> list[Any]:
+    def _call(self, n: int) -> Capacity:
         write = ("capacity", n)
         op = self._ids.take(write) if n else ""  # n == 0 only reads
         try:
-            answer = self._store.call(
+            answer = self._link.call(
                 "capacity", self._keys, [self._keys.channel, op, 0, self._limit, n]
             )
         except redis.RedisError as error:
             if n:
                 self._ids.unanswered(write, op)
-            raise self._store.unavailable(
-                f"capacity of run {self._keys.run_id!r}", error
-            ) from error
-        code = _text(answer[0])
-        if code == "unknown":
-            raise self._store.unknown(self._keys.run_id)
-        if code == "limit":
+            raise self._link.unavailable(f"capacity of run {self._keys.run_id!r}", error) from error
+        if not isinstance(answer, Capacity):  # the only other answer it has: no such run
+            raise self._link.unknown(self._keys.run_id)
+        if answer.code == "limit":
             raise RunStoreConflict(
-                repr(self._store),
+                self._link.name,
                 f"the capacity counter of run {self._keys.run_id!r} has limit "
-                f"{_text(answer[1])} bytes, not {self._limit}",
+                f"{answer.limit} bytes, not {self._limit}",
             )
         return answer
 

@@ -39,46 +39,45 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, NoReturn, final
+from typing import TYPE_CHECKING, Final, final
 
 import redis
 
 from .._boundary import Boundary
 from .._cancellation import CancelSignal
-from .._endings import CancellationReason, FinishResult, RunTermination, ending_of_cancel, error_for
+from .._endings import CANCELLED, FinishResult, RunTermination, ending_of_cancel, error_for
 from .._errors import RunStoreUnavailable, UnknownRun
 from .._generated.tables import BudgetState, LifecycleEvent, RunState
-from .._limits import BudgetDimension, BudgetLimits, BudgetUsage
+from .._limits import BudgetUsage
 from ._ops import OperationIds
+from ._protocol import STATUS_FIELDS, Passed, Snapshot, Status, Unknown, status_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from .._cancellation import CallbackErrorHandler, CancellationCallback
     from .._clock import Clock
+    from .._endings import CancellationReason
+    from .._limits import BudgetDimension, BudgetLimits
     from ._bounded import Bound
-    from ._store import RedisRunStore, RunKeys
+    from ._link import StoreLink
+    from ._protocol import Answer
+    from ._store import RunKeys
 
 __all__ = ["RedisRun"]
 
-_RUNNING: Final = RunState.RUNNING.value
 _LUA_EXACT: Final = 2**53  # the store adds counts in Lua, exact below this
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 @final
 class RedisRun:
     """One run's owner in this process; implements :class:`~._backend.RunBackend`. Thread-safe.
 
-    Fixed when made: the store, the keys, ``limits``, ``offset`` (this process's clock onto the
-    run's timeline), the clock. Under ``_lock``: ``_signal`` (this process's callbacks). Set once
-    and never changed: ``_termination`` (read from the store), ``_delivered`` (this process's
-    callbacks have run). ``_unsent``, under ``_unsent_lock``: usage reports to send again.
-    ``_ids``: the operation ids of this owner's writes (thread-safe itself).
+    Fixed when made: the store's link, the keys, ``limits``, ``offset`` (this process's clock onto
+    the run's timeline), the clock. Under ``_lock``: ``_signal`` (this process's callbacks). Set
+    once and never changed: ``_termination`` (read from the store), ``_delivered`` (this process's
+    callbacks have run). ``_unsent``, under ``_unsent_lock``: usage reports to send again. ``_ids``:
+    the operation ids of this owner's writes (thread-safe itself).
     """
 
     __slots__ = (
@@ -89,10 +88,10 @@ class RedisRun:
         "_ids",
         "_keys",
         "_limits",
+        "_link",
         "_lock",
         "_offset",
         "_signal",
-        "_store",
         "_termination",
         "_unsent",
         "_unsent_lock",
@@ -102,7 +101,7 @@ class RedisRun:
     def __init__(
         self,
         *,
-        store: RedisRunStore,
+        link: StoreLink,
         keys: RunKeys,
         limits: BudgetLimits,
         deadline_ns: int,
@@ -110,7 +109,7 @@ class RedisRun:
         clock: Clock,
         on_callback_error: CallbackErrorHandler,
     ) -> None:
-        self._store = store
+        self._link = link
         self._keys = keys
         self._limits = limits
         self.deadline_ns = deadline_ns  # the stored instant on this process's clock
@@ -159,28 +158,25 @@ class RedisRun:
 
     @property
     def budget_state(self) -> BudgetState:
-        return BudgetState(_text(self._learn(self._read())[6]))
+        return self._learn(self._read()).budget
 
     @property
     def exhausted(self) -> BudgetDimension | None:
-        return self._dimension(self._learn(self._read()))
+        return self._learn(self._read()).exhausted
 
     def snapshot(self) -> BudgetUsage:
-        answer = self._learn(self._run("snapshot"))
-        model_calls, tool_calls, input_tokens, output_tokens, run_bytes = (
-            int(answer[i] or 0) for i in range(7, 12)
-        )
-        rest = answer[12:]
-        per_tool = {_text(rest[i]): int(rest[i + 1]) for i in range(0, len(rest), 2)}
+        answer = self._run("snapshot")
+        assert isinstance(answer, Snapshot)  # its one answer but Unknown, which _script raises
+        self._learn(answer.status)
         return BudgetUsage(
-            model_calls=model_calls,
-            tool_calls=tool_calls,
-            per_tool_calls=MappingProxyType(per_tool),
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            total_tokens=input_tokens + output_tokens,
-            run_bytes=run_bytes,
-            exhausted=self._dimension(answer),
+            model_calls=answer.model_calls,
+            tool_calls=answer.tool_calls,
+            per_tool_calls=answer.per_tool,
+            input_tokens=answer.input_tokens,
+            output_tokens=answer.output_tokens,
+            total_tokens=answer.input_tokens + answer.output_tokens,
+            run_bytes=answer.run_bytes,
+            exhausted=answer.exhausted,
         )
 
     def refresh(self) -> None:
@@ -195,7 +191,7 @@ class RedisRun:
         except RunStoreUnavailable:
             return  # the listener re-reads on its next connection; the operations read anyway
         except UnknownRun:
-            self._store.forget(self._keys.channel, self)
+            self._link.forget(self._keys.channel, self)
 
     # -- the gate and the reservations ----------------------------------------------------------
 
@@ -225,10 +221,10 @@ class RedisRun:
     # -- endings --------------------------------------------------------------------------------
 
     def finish(self, event: LifecycleEvent, reason: str) -> FinishResult:
-        answer = self._learn(self._run("finish", self._clock.monotonic_ns(), event.value, reason))
+        answer = self._ended(self._run("finish", self._clock.monotonic_ns(), event.value, reason))
         termination = self._termination
         assert termination is not None  # set by this ending or an earlier one
-        return FinishResult(changed=_text(answer[0]) == "ended_now", termination=termination)
+        return FinishResult(changed=answer.code == "ended_now", termination=termination)
 
     def cancel(self, reason: CancellationReason) -> bool:
         ending = ending_of_cancel(reason)
@@ -237,10 +233,9 @@ class RedisRun:
             self._clock.monotonic_ns(),
             reason.value,
             ending.event.value,
-            f"cancelled: {reason.name}",
+            CANCELLED.format(reason=reason.name),
         )
-        self._learn(answer)
-        return _text(answer[0]) == "ended_now"
+        return self._ended(answer).code == "ended_now"
 
     def register(self, callback: CancellationCallback) -> int | None:
         self.refresh()  # a run that ended elsewhere runs the callback inside register()
@@ -253,14 +248,14 @@ class RedisRun:
 
     def _bound(self) -> Bound:
         """How long an operation beginning now waits for the store (see :mod:`._bounded`)."""
-        return self._store.bound(self.deadline_ns - self._clock.monotonic_ns())
+        return self._link.bound(self.deadline_ns - self._clock.monotonic_ns())
 
     @contextlib.contextmanager
     def _locked(self, lock: threading.Lock, bound: Bound, what: str) -> Iterator[None]:
         """Hold ``lock``, waited for within ``bound``: the thread holding it may be waiting for
         a store that does not answer."""
         if not lock.acquire(timeout=max(0.0, bound.left())):
-            raise self._store.unavailable(
+            raise self._link.unavailable(
                 f"{what} on run {self._keys.run_id!r}",
                 redis.TimeoutError(
                     f"another thread's usage report waited for the store longer than "
@@ -274,7 +269,7 @@ class RedisRun:
 
     def _run(
         self, operation: str, now_ns: int = 0, *args: str | int, grant: bool = False
-    ) -> list[Any]:
+    ) -> Answer:
         """Send what is unsent, then run ``operation``'s script: its answer.
 
         A grant that got no answer leaves its id to the next grant like it (:mod:`._ops`).
@@ -293,17 +288,18 @@ class RedisRun:
 
     def _script(
         self, operation: str, op_id: str, run_time: int, *args: str | int, bound: Bound
-    ) -> list[Any]:
+    ) -> Answer:
+        """``operation``'s answer, decoded; :class:`UnknownRun` for a run the store lacks."""
         try:
-            answer = self._store.call(
+            answer = self._link.call(
                 operation, self._keys, [self._keys.channel, op_id, run_time, *args], bound
             )
         except redis.RedisError as error:
-            raise self._store.unavailable(
+            raise self._link.unavailable(
                 f"{operation} on run {self._keys.run_id!r}", error
             ) from error
-        if _text(answer[0]) == "unknown":
-            raise self._store.unknown(self._keys.run_id)
+        if isinstance(answer, Unknown):
+            raise self._link.unknown(self._keys.run_id)
         return answer
 
     def _flush(self, bound: Bound) -> None:
@@ -312,7 +308,7 @@ class RedisRun:
         What the answers say is taken in after the lock is released: a callback an ending runs
         may report usage itself.
         """
-        answers: list[list[Any]] = []
+        answers: list[Answer] = []
         try:
             with self._locked(self._unsent_lock, bound, "record_token_usage"):
                 while self._unsent:
@@ -330,43 +326,50 @@ class RedisRun:
                     self._unsent.pop(0)
         finally:
             for answer in answers:
-                self._learn(answer)
+                self._ended(answer)
 
-    def _read(self, *, in_this_thread: bool = False) -> list[Any]:
-        """The run's stored state, as a script's answer (one command: atomic). Bounded as every
+    def _read(self, *, in_this_thread: bool = False) -> Status:
+        """The run's stored state, as a script's status (one command: atomic). Bounded as every
         operation is, or, ``in_this_thread`` (the listener's), by the store's timeout."""
-        fields = ("state", "reason", "at", "signal", "exhausted", "budget")
         bound = None if in_this_thread else self._bound()
         try:
-            values = self._store.read(self._keys.run, fields, bound)
+            values = self._link.read(self._keys.run, STATUS_FIELDS, bound)
         except redis.RedisError as error:
-            raise self._store.unavailable(f"read of run {self._keys.run_id!r}", error) from error
-        if values[0] is None:
-            raise self._store.unknown(self._keys.run_id)
-        return ["ok", *(b"" if v is None else v for v in values)]
+            raise self._link.unavailable(f"read of run {self._keys.run_id!r}", error) from error
+        status = status_of(values)
+        if isinstance(status, Unknown):
+            raise self._link.unknown(self._keys.run_id)
+        return status
 
     # -- what an answer says --------------------------------------------------------------------
 
-    def _learn(self, answer: list[Any]) -> list[Any]:
-        """Take in the state ``answer`` carries: an ending runs this process's callbacks.
+    def _ended(self, answer: Answer) -> Status:
+        """The status an operation that answers one (an ending, a usage report) got, taken in."""
+        assert isinstance(answer, Status)  # what ANSWERS declares for those operations
+        return self._learn(answer)
 
-        Only an answer that shows the ending delivers it, with the reason it carries: an answer
+    def _learn(self, status: Status) -> Status:
+        """Take in the state ``status`` carries: an ending runs this process's callbacks.
+
+        Only a status that shows the ending delivers it, with the reason it carries: a status
         read before the ending (the listener's, say) may arrive after another thread took the
         ending in, and carries no reason; that thread delivers.
         """
-        if len(answer) < 2 or _text(answer[1]) == _RUNNING:
-            return answer
+        if status.state is RunState.RUNNING:
+            return status
         if self._termination is None:
-            at_ns = int(answer[3]) - self._offset
-            termination = RunTermination(RunState(_text(answer[1])), _text(answer[2]), at_ns)
+            assert status.at is not None  # set with the ending, in the same step
+            at_ns = status.at - self._offset
+            termination = RunTermination(status.state, status.reason, at_ns, status.boundary)
             with self._lock:
                 if self._termination is None:
                     self._termination = termination
         if not self._delivered.is_set():
-            self._deliver(CancellationReason(_text(answer[4])), ended_now=False)
-        if _text(answer[0]) == "ended_now":
+            assert status.signal is not None  # set with the ending, in the same step
+            self._deliver(status.signal, ended_now=False)
+        if status.code == "ended_now":
             self._await_delivery()
-        return answer
+        return status
 
     def _deliver(self, reason: CancellationReason, *, ended_now: bool) -> None:
         with self._lock:
@@ -378,7 +381,7 @@ class RedisRun:
                 self._signal.deliver(pending, reason)
             finally:
                 self._delivered.set()
-                self._store.forget(self._keys.channel, self)  # the listener has no more to do
+                self._link.forget(self._keys.channel, self)  # the listener has no more to do
         elif ended_now:
             self._await_delivery()
 
@@ -387,26 +390,20 @@ class RedisRun:
         if self._deliverer != threading.get_ident():
             self._delivered.wait()
 
-    def _dimension(self, answer: list[Any]) -> BudgetDimension | None:
-        exhausted = _text(answer[5])
-        return BudgetDimension(exhausted) if exhausted else None
-
-    def _decide(self, boundary: Boundary, answer: list[Any]) -> None:
-        if _text(answer[0]) == "ok":
+    def _decide(self, boundary: Boundary, answer: Answer) -> None:
+        if isinstance(answer, Passed):
             now_ns = self._clock.monotonic_ns()
             if now_ns < self.deadline_ns:
                 return
             # Granted before the deadline, answered after it: the work would start late. The
             # gate, read now, times the run out (the reservation stays counted, unused).
             answer = self._run("check", now_ns, boundary.name)
-            if _text(answer[0]) == "ok":  # pragma: no cover - live() is false past the deadline
+            if isinstance(answer, Passed):  # pragma: no cover - live() is false past the deadline
                 raise AssertionError(f"the store passed {boundary.name} past the deadline")
-        self._refuse(boundary, self._learn(answer))
-
-    def _refuse(self, boundary: Boundary, answer: list[Any]) -> NoReturn:
+        status = self._ended(answer)
         termination = self._termination
         assert termination is not None
-        raise error_for(termination, boundary, self._dimension(answer))
+        raise error_for(termination, boundary, status.exhausted)
 
     def __repr__(self) -> str:
-        return f"RedisRun(run_id={self._keys.run_id!r}, store={self._store!r})"
+        return f"RedisRun(run_id={self._keys.run_id!r}, store={self._link.name})"

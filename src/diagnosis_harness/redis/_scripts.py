@@ -2,18 +2,23 @@
 
 Theory of operation. The library loaded into Redis (``FUNCTION LOAD``, Redis 7) holds one
 function per operation, whose body is ``lua/<operation>.lua``, after two shared parts: a prelude
-rendered here from the generated tables -- the rows of the budget and lifecycle machines
-(``model/budget.toml``, ``model/lifecycle.toml``) and the signal each ending sends
-(:data:`~diagnosis_harness._endings.ENDINGS`) -- and ``lua/common.lua``, the steps every operation
-shares. A library's top level runs once, when it is loaded, so a call runs its operation's steps
-and nothing else. The library's name and its functions' names carry a digest of the text, so
-versions of the library side by side on one server never mix.
+rendered here -- the rows of the budget and lifecycle machines (``model/budget.toml``,
+``model/lifecycle.toml``), the signal each ending sends
+(:data:`~diagnosis_harness._endings.ENDINGS`), the boundary at which each limit is reached
+(:data:`~diagnosis_harness._endings.LIMIT_BOUNDARY`), the wording of every reason
+(:data:`~diagnosis_harness._endings.REASON_TEXTS`) and the fields of every answer
+(:mod:`._protocol`) -- and ``lua/common.lua``, the steps every operation shares. A library's top
+level runs once, when it is loaded, so a call runs its operation's steps and nothing else. The
+library's name and its functions' names carry a digest of the text, so versions of the library
+side by side on one server never mix.
 
-No state name or transition is written in Lua by hand: a function steps a
-machine with ``take(machine, state, event, guard)``, which reads the rendered rows the way
-:meth:`~diagnosis_harness._machine.MachineTable.take` reads the table (a terminal state absorbs
-the event, an event with no row is an error). ``tests/redis_store/test_scripts.py`` runs ``take`` on
-the server for every (state, event, guard) and compares it with the table.
+No state name, transition, reason text or answer's field order is written in Lua by hand: a
+function words a reason with ``text(name, values)``, answers with ``answer(kind, fields)``, and
+steps a machine with ``take(machine, state, event, guard)``, which reads the rendered rows the
+way :meth:`~diagnosis_harness._machine.MachineTable.take` reads the table (a terminal state
+absorbs the event, an event with no row is an error). ``tests/redis_store/test_scripts.py`` runs
+``take`` on the server for every (state, event, guard) and compares it with the table;
+``tests/redis_store/test_protocol.py`` checks the answers and the texts.
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Final, final
 
-from .._endings import ENDINGS
+from .._endings import ENDINGS, LIMIT_BOUNDARY, REASON_TEXTS
 from .._generated.tables import BUDGET, LIFECYCLE
+from . import _protocol
 
 if TYPE_CHECKING:
     import enum
@@ -34,19 +40,8 @@ if TYPE_CHECKING:
 
 __all__ = ["OPERATIONS", "TAKE_PROBE", "Library", "library", "prelude", "script_text"]
 
-OPERATIONS: Final = (
-    "create",
-    "check",
-    "reserve_model_call",
-    "reserve_tool_call",
-    "reserve_bytes",
-    "record_token_usage",
-    "finish",
-    "cancel",
-    "snapshot",
-    "capacity",
-)
-"""Every operation that has its own script."""
+OPERATIONS: Final = tuple(_protocol.ANSWERS)
+"""Every operation that has its own script: each function whose answers :mod:`._protocol` names."""
 
 _TAKE = """
 local function take(machine, state, event, guard)
@@ -60,6 +55,19 @@ local function take(machine, state, event, guard)
 end
 """
 
+# `text(name, values)`: the reason text `name` with each {field} filled from `values`. A number
+# is written as an integer, as Python writes the counts (Lua's own conversion would write 1e+15).
+_TEXT = """
+local function text(name, values)
+  return (string.gsub(TEXT[name], '{([%w_]+)}', function(field)
+    local value = values[field]
+    if value == nil then error('the ' .. name .. ' text needs ' .. field) end
+    if type(value) == 'number' then return string.format('%d', value) end
+    return value
+  end))
+end
+"""
+
 TAKE_PROBE: Final = """
 local machine = ({budget = BUDGET, lifecycle = LIFECYCLE})[ARGV[1]]
 return take(machine, ARGV[2], ARGV[3], ARGV[4]) or false
@@ -70,6 +78,13 @@ return take(machine, ARGV[2], ARGV[3], ARGV[4]) or false
 def _lua_string(value: str) -> str:
     if not value.replace("_", "").isalnum() or not value.isascii():
         raise ValueError(f"not a table name: {value!r}")  # names only; never needs escaping
+    return f"'{value}'"
+
+
+def _lua_text(value: str) -> str:
+    """A Lua string literal of ``value``: printable ASCII with no quote or backslash to escape."""
+    if not value.isascii() or not value.isprintable() or "'" in value or "\\" in value:
+        raise ValueError(f"not a reason text the prelude writes as it is: {value!r}")
     return f"'{value}'"
 
 
@@ -105,19 +120,26 @@ def _machine(table: MachineTable[enum.Enum, enum.Enum], variable: str) -> str:
 
 
 def prelude() -> str:
-    """The machines and the endings' signals, rendered from the generated tables."""
+    """The machines, the endings' signals, the reason texts and the answers' fields."""
     signals = ", ".join(
         f"[{_lua_string(ending.event.value)}] = {_lua_string(ending.signal.value)}"
         for ending in ENDINGS.values()
         if ending.signal is not None
     )
+    texts = ", ".join(f"{t.name} = {_lua_text(t.text)}" for t in REASON_TEXTS)
+    boundaries = ", ".join(f"{d.value} = '{b.name}'" for d, b in LIMIT_BOUNDARY.items())
     return "\n".join(
         [
-            "-- Rendered from the generated tables by diagnosis_harness.redis._scripts.",
+            "-- Rendered by diagnosis_harness.redis._scripts from the generated tables, "
+            "_endings.py and _protocol.py.",
             _machine(BUDGET, "BUDGET"),  # type: ignore[arg-type]  # enum-typed rows, read only
             _machine(LIFECYCLE, "LIFECYCLE"),  # type: ignore[arg-type]  # as above
             f"local SIGNAL = {{{signals}}}",
+            f"local LIMIT_BOUNDARY = {{{boundaries}}}",
             _TAKE,
+            f"local TEXT = {{{texts}}}",
+            _TEXT,
+            _protocol.lua(),
         ]
     )
 

@@ -8,10 +8,11 @@ the way :class:`~diagnosis_harness.ToolCallKeyFactory` builds Tool Call keys, wi
 the hash tag: ``{namespace}:{{run_id}}:{part}``, so one run lives in one Redis Cluster slot and
 every script touches keys of one slot only.
 
-Every round trip -- the store's and its owners' -- goes through one
-:class:`~._bounded.BoundedClient` made from the given client: on connections of its own, with
-redis-py's retries off, each waited for at most its :class:`~._bounded.Bound` (the run's
-deadline, the store's timeout if sooner).
+Every round trip -- the store's and its owners' -- goes through one private
+:class:`~._link.StoreLink` and its :class:`~._bounded.BoundedClient`, made from the given client:
+on connections of its own, with redis-py's retries off, each waited for at most its
+:class:`~._bounded.Bound` (the run's deadline, the store's timeout if sooner). The store keeps
+only its public methods; the owners it makes hold the link.
 """
 
 from __future__ import annotations
@@ -19,28 +20,23 @@ from __future__ import annotations
 import json
 import math
 import uuid
-import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, TypeVar, final
+from typing import TYPE_CHECKING, Final, final
 
 import redis
 
-from .._errors import RunStoreConflict, RunStoreUnavailable, UnknownRun
+from .._errors import RunStoreConflict
 from .._keys import safe_segment
 from .._limits import BudgetDimension, BudgetLimits
-from ._bounded import Bound, BoundedClient
 from ._capacity import RedisCapacityCounter
-from ._listener import Listener
+from ._link import StoreLink, load
+from ._protocol import Created
 from ._redis_run import RedisRun
-from ._scripts import library
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from .._cancellation import CallbackErrorHandler
     from .._clock import Clock
-
-T = TypeVar("T")
+    from ._bounded import Bound
 
 __all__ = ["RedisRunStore", "RunKeys"]
 
@@ -98,15 +94,6 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _load(client: redis.Redis) -> None:
-    """Load the function library; one loaded already (by any process) is fine."""
-    try:
-        client.function_load(library().text)
-    except redis.ResponseError as error:
-        if "already exists" not in str(error):
-            raise
-
-
 @final
 class RedisRunStore:
     """Runs kept in Redis, under ``namespace``; pass it to ``RunContext.create`` / ``attach``.
@@ -123,7 +110,7 @@ class RedisRunStore:
     as does the store's collection once neither it nor an owner of its runs is held.
     """
 
-    __slots__ = ("__weakref__", "_expire_after_ms", "_io", "_listener", "client", "namespace")
+    __slots__ = ("__weakref__", "_expire_after_ms", "_link", "client", "namespace")
 
     def __init__(
         self, client: redis.Redis, *, namespace: str, expire_after: float = 86_400.0
@@ -139,23 +126,21 @@ class RedisRunStore:
             )
         self._expire_after_ms = max(1, round(expire_after * 1000))
         self.client: Final = client
-        self._io = BoundedClient(client)  # refuses a client without a socket_timeout
+        # Refuses a client without a socket_timeout. The link stops its listener's thread and
+        # its workers once neither this store nor an owner of its runs (which hold the link) is
+        # held, also when nobody called close().
+        self._link = link = StoreLink(client, repr(self))
         try:
-            info = self.run(lambda c: c.info("server"), self._io.bound())
+            info = link.run(lambda c: c.info("server"), link.bound())
         except redis.RedisError as error:
-            raise self.unavailable("the client is not connected", error) from error
+            raise link.unavailable("the client is not connected", error) from error
         version = str(info.get("redis_version", "0"))
         if int(version.split(".", maxsplit=1)[0]) < 7:
             raise ValueError(f"RedisRunStore needs Redis 7.0 or later (Functions); got {version}")
         try:
-            self.run(_load, self._io.bound())
+            link.run(load, link.bound())
         except redis.RedisError as error:
-            raise self.unavailable("FUNCTION LOAD", error) from error
-        self._listener = Listener(self._io.client)
-        # The thread holds the listener, not the store: a store nobody holds (its owners hold
-        # it) stops its thread and its workers, also when nobody called close().
-        weakref.finalize(self, self._listener.stop)
-        weakref.finalize(self, self._io.shutdown)
+            raise link.unavailable("FUNCTION LOAD", error) from error
 
     # -- what RunContext calls ----------------------------------------------------------------
 
@@ -177,7 +162,8 @@ class RedisRunStore:
         for tool, value in limits.per_tool_overrides.items():
             if value >= _LUA_EXACT:
                 raise ValueError(f"per_tool_overrides[{tool!r}] must be below 2**53, got {value}")
-        bound = self._io.bound(deadline_ns - clock.monotonic_ns())
+        link = self._link
+        bound = link.bound(deadline_ns - clock.monotonic_ns())
         origin_ns = self._server_time_ns(bound)
         offset = -clock.monotonic_ns()  # run time 0 is this clock's now
         fields: list[str | int] = [
@@ -197,13 +183,13 @@ class RedisRunStore:
         # An id of its own: a create sent again after a lost answer finds the run its own.
         op_id = uuid.uuid4().hex
         try:
-            answer = self.call("create", keys, ["", op_id, 0, *fields], bound)
+            answer = link.call("create", keys, ["", op_id, 0, *fields], bound)
         except redis.RedisError as error:
-            raise self.unavailable(f"create of run {run_id!r}", error) from error
-        if _text(answer[0]) == "exists":
+            raise link.unavailable(f"create of run {run_id!r}", error) from error
+        if answer == Created("exists"):
             raise RunStoreConflict(repr(self), f"run {run_id!r} exists already in the store")
         run = RedisRun(
-            store=self,
+            link=link,
             keys=keys,
             limits=limits,
             deadline_ns=deadline_ns,
@@ -213,7 +199,7 @@ class RedisRunStore:
         )
         # No read here, which could fail after the run was published: the listener reads the
         # run once the subscription is live, which finds an ending another process recorded.
-        self._listener.watch(keys.channel, run)
+        link.watch(keys.channel, run)
         return run
 
     def attach_run(
@@ -230,15 +216,16 @@ class RedisRunStore:
         A refusal registers nothing with the listener and writes nothing; an owner of a run that
         has ended already is never watched (it has nothing more to learn)."""
         keys = RunKeys.of(self.namespace, run_id)
-        bound = self._io.bound()  # the run's deadline is not known before this read
+        link = self._link
+        bound = link.bound()  # the run's deadline is not known before this read
         fields = ("session_id", "limits", "origin_ns", "deadline")
         try:
-            stored = self.read(keys.run, fields, bound)
+            stored = link.read(keys.run, fields, bound)
         except redis.RedisError as error:
-            raise self.unavailable(f"attach to run {run_id!r}", error) from error
+            raise link.unavailable(f"attach to run {run_id!r}", error) from error
         session, limits_text, origin, deadline = stored
         if session is None or limits_text is None or origin is None or deadline is None:
-            raise self.unknown(run_id)
+            raise link.unknown(run_id)
         if _text(session) != session_id:
             raise RunStoreConflict(
                 repr(self),
@@ -256,7 +243,7 @@ class RedisRunStore:
         after = clock.monotonic_ns()
         offset = server_ns - int(origin) - (before + after) // 2
         run = RedisRun(
-            store=self,
+            link=link,
             keys=keys,
             limits=stored_limits,
             deadline_ns=int(deadline) - offset,
@@ -267,89 +254,33 @@ class RedisRunStore:
         run.refresh()  # an ending read here is delivered now; a callback registered later runs
         # inside register(), and the owner has nothing left to learn from the listener
         if not run.ending_delivered:
-            self._listener.watch(keys.channel, run)  # it re-reads once the subscription is live
+            link.watch(keys.channel, run)  # it re-reads once the subscription is live
         return run
 
     # -- the run's capacity counter -----------------------------------------------------------
 
     def capacity_counter(self, run_id: str, limit_bytes: int) -> RedisCapacityCounter:
         """The capacity counter of a stored run, shared by every process; see the class."""
-        return RedisCapacityCounter(self, RunKeys.of(self.namespace, run_id), limit_bytes)
+        return RedisCapacityCounter(self._link, RunKeys.of(self.namespace, run_id), limit_bytes)
 
-    # -- for the owners -------------------------------------------------------------------------
-
-    def unavailable(self, what: str, error: Exception) -> RunStoreUnavailable:
-        """The error of an operation the store did not answer: nothing was granted."""
-        return RunStoreUnavailable(
-            repr(self), f"{what} failed, nothing granted: {type(error).__name__}: {error}"
-        )
-
-    def unknown(self, run_id: str) -> UnknownRun:
-        return UnknownRun(
-            repr(self),
-            f"no run {run_id!r} is stored (never created, expired after it ended, "
-            "or lost when a server without persistence restarted)",
-        )
-
-    def forget(self, channel: str, run: RedisRun) -> None:
-        """The listener stops watching ``run`` (it learned of the ending, or the run is gone)."""
-        self._listener.forget(channel, run)
+    # -- this process's side ---------------------------------------------------------------------
 
     @property
     def watched_runs(self) -> frozenset[str]:
         """The IDs of the runs this store's listener watches now: those with an owner in this
         process that is still held and has not learned of the run's ending. Empty once closed."""
-        return self._listener.watched
+        return self._link.watched
 
     def close(self) -> None:
         """Stop the listener thread; the runs stay in Redis and their owners keep working, but
         callbacks run only when an owner reads an ending."""
-        self._listener.close()
-
-    def bound(self, left_ns: int | None = None) -> Bound:
-        """How long an operation beginning now waits for the store: its timeout, or ``left_ns``
-        (the time before the run's deadline) if sooner, but at least the grace."""
-        return self._io.bound(left_ns)
-
-    def run(self, command: Callable[[redis.Redis], T], bound: Bound | None) -> T:
-        """``command`` on the store's own client, within ``bound`` (``None``: in this thread,
-        for the listener's; see :meth:`BoundedClient.run`); raises ``RedisError``."""
-        return self._io.run(command, bound)
-
-    def read(self, key: str, fields: tuple[str, ...], bound: Bound | None) -> list[Any]:
-        """``HMGET key fields``: one command, so one consistent read."""
-
-        def hmget(client: redis.Redis) -> list[Any]:
-            values: list[Any] = client.hmget(key, fields)
-            return values
-
-        return self.run(hmget, bound)
-
-    def call(
-        self, operation: str, keys: RunKeys, args: list[str | int], bound: Bound | None = None
-    ) -> list[Any]:
-        """``FCALL`` of ``operation``'s function on the run's keys: its answer, within ``bound``
-        (the store's timeout if not given). Loads the library again if the server lost it (a
-        restart without persistence); raises ``RedisError``."""
-        function = library().functions[operation]
-
-        def fcall(client: redis.Redis) -> list[Any]:
-            try:
-                answer: list[Any] = client.fcall(function, len(keys.all), *keys.all, *args)
-            except redis.ResponseError as error:
-                if "function not found" not in str(error).lower():
-                    raise
-                _load(client)
-                answer = client.fcall(function, len(keys.all), *keys.all, *args)
-            return answer
-
-        return self.run(fcall, self._io.bound() if bound is None else bound)
+        self._link.close()
 
     def _server_time_ns(self, bound: Bound) -> int:
         try:
-            seconds, micros = self.run(lambda client: client.time(), bound)
+            seconds, micros = self._link.run(lambda client: client.time(), bound)
         except redis.RedisError as error:
-            raise self.unavailable("TIME", error) from error
+            raise self._link.unavailable("TIME", error) from error
         return (int(seconds) * 1_000_000 + int(micros)) * 1_000
 
     def __repr__(self) -> str:

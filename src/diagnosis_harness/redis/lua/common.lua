@@ -1,6 +1,8 @@
 -- Shared by every operation's function; loaded after the prelude, which _scripts.py renders from
--- the generated tables (model/budget.toml, model/lifecycle.toml) and ENDINGS: BUDGET, LIFECYCLE,
--- SIGNAL and take(). No state name or transition is written here by hand.
+-- the generated tables (model/budget.toml, model/lifecycle.toml), ENDINGS, the reason texts and
+-- the answers' fields (_protocol.py): BUDGET, LIFECYCLE, SIGNAL, take(), text(), answer(), UNKNOWN
+-- and PASSED. No state name, transition, reason's wording or answer's field order is written here
+-- by hand.
 --
 -- KEYS: the run's hash, its per-Tool hash (a Tool's count in 'n:<tool>', its own limit, if it
 -- has one, in 'l:<tool>': one read for both), the ids of the operations it applied, its capacity
@@ -19,15 +21,21 @@ local function begin(keys, args)
   ENDED_NOW = false
 end
 
--- What a caller learns of the run: {code, state, reason, at, signal, exhausted, budget}.
+-- What a caller learns of the run, as a table of the Status answer's fields (nil: no run).
 -- 'ended' is 'ended_now' for the operation whose id recorded the ending: a call sent again
 -- (its answer was lost) learns that it was the one.
-local function status(code)
+local function status_fields(code)
   local f = redis.call('HMGET', RUN, 'state', 'reason', 'at', 'signal', 'exhausted', 'budget',
-    'ended_by')
-  if not f[1] then return {'unknown'} end
-  if code == 'ended' and OP ~= '' and f[7] == OP then code = 'ended_now' end
-  return {code, f[1], f[2] or '', f[3] or '', f[4] or '', f[5] or '', f[6]}
+    'boundary', 'ended_by')
+  if not f[1] then return nil end
+  if code == 'ended' and OP ~= '' and f[8] == OP then code = 'ended_now' end
+  return {code = code, state = f[1], reason = f[2] or '', at = f[3] or '', signal = f[4] or '',
+    exhausted = f[5] or '', budget = f[6], boundary = f[7] or ''}
+end
+
+local function status(code)
+  local fields = status_fields(code)
+  return fields and answer('Status', fields) or UNKNOWN
 end
 
 -- An operation that is not idempotent (a grant, a usage report) runs once per id: the id is
@@ -53,10 +61,12 @@ local function expire_ops()
 end
 
 -- Record the ending `event` leads to, unless the run has ended; the first ending wins.
-local function end_run(event, reason, at)
+-- `boundary`: the one that decided it (a Boundary's name), nil for an ending decided elsewhere.
+local function end_run(event, reason, at, boundary)
   local target = take(LIFECYCLE, redis.call('HGET', RUN, 'state'), event, 'none')
   if not target then return false end
-  redis.call('HSET', RUN, 'state', target, 'reason', reason, 'at', at, 'ended_by', OP)
+  redis.call('HSET', RUN, 'state', target, 'reason', reason, 'at', at, 'ended_by', OP,
+    'boundary', boundary or '')
   local signal = SIGNAL[event]
   if signal then redis.call('HSETNX', RUN, 'signal', signal) end
   expire_all()
@@ -84,16 +94,18 @@ end
 -- (_endings.py deadline_reason): how far past, in seconds, and which boundary looked.
 local function time_out(boundary)
   local late = tonumber(NOW) - tonumber(redis.call('HGET', RUN, 'deadline'))
-  end_run('time_out', 'deadline exceeded: ' .. seconds_text(late) .. ' past it when the ' ..
-    boundary .. ' boundary checked', NOW)
+  end_run('time_out', text('deadline_exceeded', {late = seconds_text(late), boundary = boundary}),
+    NOW, boundary)
 end
 
--- The refused reservation or the usage past a limit: EXHAUSTED, and the run ends.
+-- The refused reservation or the usage past a limit: EXHAUSTED, and the run ends, decided at
+-- the limit's own boundary (LIMIT_BOUNDARY).
 local function exhaust(event, dimension, detail)
   local target = take(BUDGET, redis.call('HGET', RUN, 'budget'), event, 'false')
   if not target then return end -- exhausted already; the run ended then
   redis.call('HSET', RUN, 'budget', target, 'exhausted', dimension)
-  end_run('exhaust_budget', dimension .. ' limit ' .. detail, NOW)
+  end_run('exhaust_budget', text('limit', {dimension = dimension, detail = detail}), NOW,
+    LIMIT_BOUNDARY[dimension])
 end
 
 -- A reservation not granted: the run is over or past its deadline, else the limit refused it.
@@ -111,5 +123,5 @@ end
 local function grant(budget)
   local target = take(BUDGET, budget, 'reserve', 'true')
   if target ~= budget then redis.call('HSET', RUN, 'budget', target) end
-  return {'ok'}
+  return PASSED
 end

@@ -2,8 +2,8 @@
 -- hash; after the token '--limits--', Tool, limit pairs of its per-Tool overrides.
 if redis.call('EXISTS', RUN) == 1 then
   -- this call sent again (its answer was lost) published it; else the ID is taken
-  if OP ~= '' and redis.call('HGET', RUN, 'created_by') == OP then return {'ok'} end
-  return {'exists'}
+  local again = OP ~= '' and redis.call('HGET', RUN, 'created_by') == OP
+  return answer('Created', {code = again and 'ok' or 'exists'})
 end
 redis.call('HSET', RUN, 'created_by', OP)
 local i = 4
@@ -17,4 +17,4 @@ while ARGV[i] do
   i = i + 2
 end
 redis.call('HSET', RUN, 'state', LIFECYCLE.initial, 'budget', BUDGET.initial)
-return {'ok'}
+return answer('Created', {code = 'ok'})

@@ -1,6 +1,6 @@
 -- A completed Model response's usage, recorded as reported even past a limit (which then
 -- exhausts the budget and ends the run). ARGV[4] input tokens, ARGV[5] output tokens.
-if redis.call('EXISTS', RUN) == 0 then return {'unknown'} end
+if redis.call('EXISTS', RUN) == 0 then return UNKNOWN end
 if replayed() then return status('ok') end
 local used_in = redis.call('HINCRBY', RUN, 'input_tokens', ARGV[4])
 local used_out = redis.call('HINCRBY', RUN, 'output_tokens', ARGV[5])
@@ -14,7 +14,7 @@ elseif used_in + used_out > tonumber(l[3]) then
   over = {'total_tokens', l[3], used_in + used_out}
 end
 if over then
-  exhaust('record_usage', over[1], over[2] .. ' exceeded: ' .. over[3] .. ' used')
+  exhaust('record_usage', over[1], text('tokens', {limit = over[2], used = over[3]}))
 else
   local target = take(BUDGET, l[4], 'record_usage', 'true')
   if target then redis.call('HSET', RUN, 'budget', target) end

@@ -3,8 +3,8 @@
 local tool = ARGV[4]
 local f = redis.call('HMGET', RUN, 'state', 'deadline', 'budget', 'l_tool_calls',
   'l_per_tool_calls', 'tool_calls')
-if not f[1] then return {'unknown'} end
-if replayed() then return status('ok') end
+if not f[1] then return UNKNOWN end
+if replayed() then return PASSED end -- granted then: a refusal releases its id
 local t = redis.call('HMGET', TOOLS, 'n:' .. tool, 'l:' .. tool)
 local limit = t[2] or f[5]
 local used = tonumber(t[1] or '0')
@@ -16,7 +16,7 @@ if live(f[1], f[2]) and total < tonumber(f[4]) and used < tonumber(limit) then
 end
 if total >= tonumber(f[4]) then
   return refuse('TOOL', f[1], f[2], 'tool_calls',
-    f[4] .. ' reached: Tool call ' .. (total + 1) .. ' (' .. ARGV[5] .. ') refused')
+    text('tool_calls', {limit = f[4], call = total + 1, tool = ARGV[5]}))
 end
 return refuse('TOOL', f[1], f[2], 'per_tool_calls',
-  limit .. ' for Tool ' .. ARGV[5] .. ' reached: call ' .. (used + 1) .. ' refused')
+  text('per_tool_calls', {limit = limit, tool = ARGV[5], call = used + 1}))

@@ -1,10 +1,12 @@
--- Every counter, read in one step: {status..., model, tools, in, out, bytes, tool, n, ...}.
+-- Every counter, read in one step: a Snapshot answer, then each Tool's (name, count) pairs.
 local tools = redis.call('HGETALL', TOOLS)
-local s = status('ok')
-if s[1] == 'unknown' then return s end
+local fields = status_fields('ok')
+if not fields then return UNKNOWN end
 local c = redis.call('HMGET', RUN, 'model_calls', 'tool_calls', 'input_tokens',
   'output_tokens', 'run_bytes')
-for _, v in ipairs(c) do s[#s + 1] = v end
+fields.model_calls, fields.tool_calls, fields.input_tokens = c[1] or 0, c[2] or 0, c[3] or 0
+fields.output_tokens, fields.run_bytes = c[4] or 0, c[5] or 0
+local s = answer('Snapshot', fields)
 for i = 1, #tools, 2 do
   if string.sub(tools[i], 1, 2) == 'n:' then
     s[#s + 1] = string.sub(tools[i], 3)
