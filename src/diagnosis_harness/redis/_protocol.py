@@ -6,10 +6,10 @@ for each code, the shape of the answer: one of the NamedTuples below, whose fiel
 elements in order. The Lua side never writes an answer as a positional list: it builds one with
 ``answer(kind, {field = value, ...})``, whose field order the prelude renders from these tuples
 (:func:`lua`), or returns ``UNKNOWN`` or ``PASSED``, rendered here too; so the order is written
-here alone (``snapshot`` appends its (Tool, count) pairs after its fields). The store decodes every answer with
-:func:`decode`, which checks that the function may answer the code and that the count of fields
-is the shape's: a library and a decoder that disagree fail with :class:`ProtocolError`, naming
-the function, and never read the wrong field.
+here alone (``snapshot`` appends its (Tool, count) pairs after its fields). The store decodes
+every answer with :func:`decode`, which checks that the function may answer the code and that
+the count of fields is the shape's: a library and a decoder that disagree fail with
+:class:`ProtocolError`, naming the function, and never read the wrong field.
 
 The fields of :class:`Status` past its code are the names of the run hash's own fields, so a read
 of the hash (:data:`STATUS_FIELDS`, one ``HMGET``) is decoded as a script's status is
