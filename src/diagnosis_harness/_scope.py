@@ -17,6 +17,14 @@ the deadline is observed at the next boundary, ``ctx.check`` or firing after the
 it. A timer never waits longer than ``Deadline.MAX_WAIT_SECONDS``: a far deadline
 (``timeout=1e300``, ``Deadline.at_ns(10**400)``) re-arms, capped, until it is reached, instead
 of overflowing the loop's timer.
+
+The timer is armed once the block first yields to the loop, not when it is entered: a task is
+cancelled only where it suspends, so a block that runs to its end without yielding (an async
+Tool that returns at once) cannot be cut, and it has exited -- its arming cancelled -- before
+the loop would run it. So the common quick block costs the loop one ``call_soon`` handle, not a
+timer in its heap. The arming reads the run's clock then, for the same deadline: a deadline that
+passed in between is acted on at once, in the loop iteration where a timer armed at entry would
+have fired.
 """
 
 from __future__ import annotations
@@ -48,8 +56,9 @@ class RunScope:
     Its fields are the scope's own, touched only on the loop's thread (the cancellation callback
     from another thread hands over with ``call_soon_threadsafe``): ``_task`` is the bound task
     until the block exits, then ``None``, so a late request cancels nothing; ``_cancel_requested``
-    is set once, by the one request that cancelled the task; ``_timer`` is the one armed deadline
-    timer, replaced each time it re-arms.
+    is set once, by the one request that cancelled the task; ``_timer`` is the one pending loop
+    handle: the arming (a ``call_soon`` made at entry, run once the block has yielded), then the
+    armed deadline timer, replaced each time it re-arms.
     """
 
     __slots__ = (
@@ -75,7 +84,7 @@ class RunScope:
         self._task: asyncio.Task[object] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._registration: Registration | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None
 
     async def __aenter__(self) -> RunScope:
         # Imported here, not at the top: a scope exists only under asyncio, and a sync user of
@@ -97,7 +106,8 @@ class RunScope:
             if self._cuts(ended):
                 raise
         self._registration = self._ctx.cancellation.register(self._on_cancel)
-        self._arm()
+        # The deadline timer waits for the block's first yield (see the module's docstring).
+        self._timer = self._loop.call_soon(self._on_yield)
         return self
 
     async def __aexit__(
@@ -147,6 +157,14 @@ class RunScope:
             return
         self._cancel_requested = True
         task.cancel("diagnosis run ended")
+
+    def _on_yield(self) -> None:
+        """The block has yielded to the loop (it would have exited, and cancelled this, if not):
+        arm the deadline timer, or act now on a deadline the run's clock says has passed."""
+        if self._ctx.deadline.remaining_seconds(self._ctx.clock) <= 0:
+            self._on_timer()
+        else:
+            self._arm()
 
     def _arm(self) -> None:
         loop = self._loop
