@@ -18,13 +18,14 @@ it. A timer never waits longer than ``Deadline.MAX_WAIT_SECONDS``: a far deadlin
 (``timeout=1e300``, ``Deadline.at_ns(10**400)``) re-arms, capped, until it is reached, instead
 of overflowing the loop's timer.
 
-The timer is armed once the block first yields to the loop, not when it is entered: a task is
-cancelled only where it suspends, so a block that runs to its end without yielding (an async
-Tool that returns at once) cannot be cut, and it has exited -- its arming cancelled -- before
-the loop would run it. So the common quick block costs the loop one ``call_soon`` handle, not a
-timer in its heap. The arming reads the run's clock then, for the same deadline: a deadline that
-passed in between is acted on at once, in the loop iteration where a timer armed at entry would
-have fired.
+The timer is armed, and the cancellation callback registered, once the block first yields to
+the loop, not when it is entered: a task is cancelled only where it suspends, so a block that
+runs to its end without yielding (an async Tool that returns at once) cannot be cut, and it has
+exited -- that start cancelled -- before the loop would run it. So the common quick block costs
+the loop one ``call_soon`` handle, not a timer in its heap and a callback on the run. The start
+reads the run's clock and cancellation then, for the same deadline: a deadline that passed or a
+cancellation that came in between is acted on at once, in the loop iteration where a timer or a
+callback set at entry would have acted on it.
 """
 
 from __future__ import annotations
@@ -57,8 +58,9 @@ class RunScope:
     from another thread hands over with ``call_soon_threadsafe``): ``_task`` is the bound task
     until the block exits, then ``None``, so a late request cancels nothing; ``_cancel_requested``
     is set once, by the one request that cancelled the task; ``_timer`` is the one pending loop
-    handle: the arming (a ``call_soon`` made at entry, run once the block has yielded), then the
-    armed deadline timer, replaced each time it re-arms.
+    handle: the watch's start (a ``call_soon`` made at entry, run once the block has yielded,
+    which registers ``_registration`` and arms the timer), then the armed deadline timer,
+    replaced each time it re-arms.
     """
 
     __slots__ = (
@@ -105,8 +107,8 @@ class RunScope:
         except RunTerminated as ended:
             if self._cuts(ended):
                 raise
-        self._registration = self._ctx.cancellation.register(self._on_cancel)
-        # The deadline timer waits for the block's first yield (see the module's docstring).
+        # The cancellation callback and the deadline timer wait for the block's first yield (see
+        # the module's docstring): until then nothing can cut it.
         self._timer = self._loop.call_soon(self._on_yield)
         return self
 
@@ -142,9 +144,14 @@ class RunScope:
             or self._ctx.deadline.expired(self._ctx.clock)
         )
 
+    def _cut_by(self, reason: CancellationReason) -> bool:
+        """Whether a cancellation for ``reason`` cancels the block (see ``cut_on_budget``)."""
+        # Granted work outlives a refusal elsewhere; the deadline timer still runs.
+        return reason is not CancellationReason.BUDGET_EXHAUSTED or self._cut_on_budget
+
     def _on_cancel(self, reason: CancellationReason) -> None:
-        if reason is CancellationReason.BUDGET_EXHAUSTED and not self._cut_on_budget:
-            return  # granted work outlives a refusal elsewhere; the deadline timer still runs
+        if not self._cut_by(reason):
+            return
         loop = self._loop
         assert loop is not None
         # A closed loop raises RuntimeError: there is no task left to cancel.
@@ -160,8 +167,15 @@ class RunScope:
 
     def _on_yield(self) -> None:
         """The block has yielded to the loop (it would have exited, and cancelled this, if not):
-        arm the deadline timer, or act now on a deadline the run's clock says has passed."""
-        if self._ctx.deadline.remaining_seconds(self._ctx.clock) <= 0:
+        register for the run's cancellation and arm the deadline timer. A cancellation or a
+        deadline that came in between is acted on at once, in the loop iteration where a
+        registration or a timer made at entry would have acted on it."""
+        ctx = self._ctx
+        self._registration = ctx.cancellation.register(self._on_cancel)
+        reason = ctx.cancellation.reason
+        if reason is not None and self._cut_by(reason):
+            self._cancel_task()  # the callback's request, queued, will find it done
+        elif ctx.deadline.remaining_seconds(ctx.clock) <= 0:
             self._on_timer()
         else:
             self._arm()
