@@ -349,28 +349,48 @@ async def pause_async(ctx: RunContext, seconds: float) -> None:
             step = waits.send(cancelled)
 
 
+def _classify(classifier: Classifier | None, error: Exception) -> FailureKind:
+    """The kind recorded for an attempt that raised ``error`` (see
+    :meth:`HarnessRetryExecutor.classify`, which answers with this)."""
+    if isinstance(error, RunTerminated):
+        return ENDINGS[error.termination.state].failure
+    if isinstance(error, HarnessFailure):
+        return error.kind
+    if classifier is not None:
+        kind = classifier(error)
+        if kind is not None:
+            if type(kind) is not FailureKind:
+                raise TypeError(f"classifier returned {kind!r}, not a FailureKind or None")
+            return kind
+    return FailureKind.UNKNOWN
+
+
 @final
 class _Config:
     """What every execution of one executor reads: its run, clock, journal, backoff, classifier.
 
     Built once by the executor and never changed, so an execution holds one reference to it.
+    It holds nothing that refers back to the executor (no bound method of it): the executor and
+    its run are then freed by reference counting when the last user drops them, not left as a
+    cycle -- a whole RunContext's objects -- for the cyclic GC to find (one per governed agent
+    run, a measurable share of the pydantic-ai step's cost).
     """
 
-    __slots__ = ("backoff", "classify", "ctx", "keep", "now", "policies")
+    __slots__ = ("backoff", "classifier", "ctx", "keep", "now", "policies")
 
     def __init__(
         self,
         ctx: RunContext,
         keep: Callable[[_RawExecution], None],
         backoff: Backoff | None,
-        classify: Callable[[Exception], FailureKind],
+        classifier: Classifier | None,
     ) -> None:
         self.ctx = ctx  # whose gate (ctx.check, looked up each time) is asked before every attempt
         self.policies = ctx.retry_policies  # a run's field, never reassigned
         self.now = ctx.clock.monotonic_ns
         self.keep = keep
         self.backoff = backoff
-        self.classify = classify
+        self.classifier = classifier
 
 
 @final
@@ -455,7 +475,7 @@ class _Execution:
             self._end(error, StopReason.INTERRUPTED, _NEXT[self._state, _FAIL, False])
             return None
         try:
-            kind = config.classify(error)
+            kind = _classify(config.classifier, error)
         except Exception as broken:  # a classifier bug: the attempt still happened; record it
             self._record(_FAILED, FailureKind.UNKNOWN)
             state = _NEXT[self._state, _FAIL, False]
@@ -538,7 +558,7 @@ class HarnessRetryExecutor:
         self._lock = threading.Lock()
         self._raw: deque[_RawExecution] = deque()
         self._executions: list[ExecutionRecord] = []
-        self._config = _Config(ctx, self._raw.append, backoff, self.classify)
+        self._config = _Config(ctx, self._raw.append, backoff, classifier)
 
     @property
     def attempts(self) -> tuple[AttemptRecord, ...]:
@@ -669,14 +689,4 @@ class HarnessRetryExecutor:
         classifier's answer (``UNKNOWN`` without one, or when it answers ``None``). Public so
         that an observer of the attempts (the OpenTelemetry spans) names the same kind.
         """
-        if isinstance(error, RunTerminated):
-            return ENDINGS[error.termination.state].failure
-        if isinstance(error, HarnessFailure):
-            return error.kind
-        if self._classifier is not None:
-            kind = self._classifier(error)
-            if kind is not None:
-                if type(kind) is not FailureKind:
-                    raise TypeError(f"classifier returned {kind!r}, not a FailureKind or None")
-                return kind
-        return FailureKind.UNKNOWN
+        return _classify(self._classifier, error)

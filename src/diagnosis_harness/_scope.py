@@ -17,6 +17,15 @@ the deadline is observed at the next boundary, ``ctx.check`` or firing after the
 it. A timer never waits longer than ``Deadline.MAX_WAIT_SECONDS``: a far deadline
 (``timeout=1e300``, ``Deadline.at_ns(10**400)``) re-arms, capped, until it is reached, instead
 of overflowing the loop's timer.
+
+The timer is armed, and the cancellation callback registered, once the block first yields to
+the loop, not when it is entered: a task is cancelled only where it suspends, so a block that
+runs to its end without yielding (an async Tool that returns at once) cannot be cut, and it has
+exited -- that start cancelled -- before the loop would run it. So the common quick block costs
+the loop one ``call_soon`` handle, not a timer in its heap and a callback on the run. The start
+reads the run's clock and cancellation then, for the same deadline: a deadline that passed or a
+cancellation that came in between is acted on at once, in the loop iteration where a timer or a
+callback set at entry would have acted on it.
 """
 
 from __future__ import annotations
@@ -48,8 +57,10 @@ class RunScope:
     Its fields are the scope's own, touched only on the loop's thread (the cancellation callback
     from another thread hands over with ``call_soon_threadsafe``): ``_task`` is the bound task
     until the block exits, then ``None``, so a late request cancels nothing; ``_cancel_requested``
-    is set once, by the one request that cancelled the task; ``_timer`` is the one armed deadline
-    timer, replaced each time it re-arms.
+    is set once, by the one request that cancelled the task; ``_timer`` is the one pending loop
+    handle: the watch's start (a ``call_soon`` made at entry, run once the block has yielded,
+    which registers ``_registration`` and arms the timer), then the armed deadline timer,
+    replaced each time it re-arms.
     """
 
     __slots__ = (
@@ -75,7 +86,7 @@ class RunScope:
         self._task: asyncio.Task[object] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._registration: Registration | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None
 
     async def __aenter__(self) -> RunScope:
         # Imported here, not at the top: a scope exists only under asyncio, and a sync user of
@@ -96,8 +107,9 @@ class RunScope:
         except RunTerminated as ended:
             if self._cuts(ended):
                 raise
-        self._registration = self._ctx.cancellation.register(self._on_cancel)
-        self._arm()
+        # The cancellation callback and the deadline timer wait for the block's first yield (see
+        # the module's docstring): until then nothing can cut it.
+        self._timer = self._loop.call_soon(self._on_yield)
         return self
 
     async def __aexit__(
@@ -132,9 +144,14 @@ class RunScope:
             or self._ctx.deadline.expired(self._ctx.clock)
         )
 
+    def _cut_by(self, reason: CancellationReason) -> bool:
+        """Whether a cancellation for ``reason`` cancels the block (see ``cut_on_budget``)."""
+        # Granted work outlives a refusal elsewhere; the deadline timer still runs.
+        return reason is not CancellationReason.BUDGET_EXHAUSTED or self._cut_on_budget
+
     def _on_cancel(self, reason: CancellationReason) -> None:
-        if reason is CancellationReason.BUDGET_EXHAUSTED and not self._cut_on_budget:
-            return  # granted work outlives a refusal elsewhere; the deadline timer still runs
+        if not self._cut_by(reason):
+            return
         loop = self._loop
         assert loop is not None
         # A closed loop raises RuntimeError: there is no task left to cancel.
@@ -147,6 +164,21 @@ class RunScope:
             return
         self._cancel_requested = True
         task.cancel("diagnosis run ended")
+
+    def _on_yield(self) -> None:
+        """The block has yielded to the loop (it would have exited, and cancelled this, if not):
+        register for the run's cancellation and arm the deadline timer. A cancellation or a
+        deadline that came in between is acted on at once, in the loop iteration where a
+        registration or a timer made at entry would have acted on it."""
+        ctx = self._ctx
+        self._registration = ctx.cancellation.register(self._on_cancel)
+        reason = ctx.cancellation.reason
+        if reason is not None and self._cut_by(reason):
+            self._cancel_task()  # the callback's request, queued, will find it done
+        elif ctx.deadline.remaining_seconds(ctx.clock) <= 0:
+            self._on_timer()
+        else:
+            self._arm()
 
     def _arm(self) -> None:
         loop = self._loop

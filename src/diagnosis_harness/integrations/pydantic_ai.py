@@ -228,7 +228,8 @@ class HarnessCapability(AbstractCapability[Any]):
         request_context: ModelRequestContext,
         handler: WrapModelRequestHandler,
     ) -> ModelResponse:
-        self.ctx.check(Boundary.MODEL)  # an ended run refuses the request before the scope does
+        # The scope's entry is the gate: an ended run refuses the request there, before the
+        # handler runs (ctx.scope checks the MODEL boundary and raises every ending).
         async with self.ctx.scope(Boundary.MODEL):
             return await handler(request_context)
 
@@ -323,10 +324,13 @@ class _GovernedAttemptModel(WrapperModel):
     def _check_tool_calls(
         self, response: ModelResponse, parameters: ModelRequestParameters
     ) -> None:
-        tools = {tool.name for tool in parameters.function_tools}
+        tools: set[str] | None = None  # built for an answer that calls a tool, once
         for part in response.parts:
-            if isinstance(part, ToolCallPart) and part.tool_name in tools:
-                self._tools.key_for(part.tool_name, part.tool_call_id)
+            if isinstance(part, ToolCallPart):
+                if tools is None:
+                    tools = {tool.name for tool in parameters.function_tools}
+                if part.tool_name in tools:
+                    self._tools.key_for(part.tool_name, part.tool_call_id)
 
 
 @final
