@@ -95,6 +95,7 @@ if TYPE_CHECKING:
     from diagnosis_harness.modelcheck._models import ModelInstance
     from diagnosis_harness.modelcheck._probe import RunProbe
     from diagnosis_harness.modelcheck._probe_config import ProbeConfig
+    from diagnosis_harness.modelcheck._probe_scenarios import ProbeStep
 
 RESULTS = Path(__file__).parent / "results"
 MODES = ("full", "runtime only", "model only")
@@ -181,6 +182,7 @@ class _RuntimeDriver:
         self.capacity = config.new_capacity()
         self.registrations: list[Registration] = []
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.trail: list[ProbeStep] = []  # the teardown reads it; no scenario is credited
 
     @property
     def life_state(self) -> RunState:
@@ -309,6 +311,7 @@ class _ModelDriver:
         self.run_bytes = 0
         self.capacity_used = 0
         self.registered = 0
+        self.trail: list[ProbeStep] = []  # the teardown reads it; no scenario is credited
 
     @property
     def life_state(self) -> RunState:
