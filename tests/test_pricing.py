@@ -320,6 +320,15 @@ def test_cost_prices_each_kind_of_token_at_its_tier() -> None:
     assert with_fee.cost(input_tokens=0, output_tokens=0) == Decimal("0.005")
 
 
+def test_amounts_are_written_as_a_reader_writes_them() -> None:
+    """No trailing zeros from the arithmetic, and no exponent for a whole number of dollars."""
+    assert str(LLAMA.cost(input_tokens=12_000, output_tokens=800)) == "0.00288"
+    ten = ModelPrice(input_per_mtok=Decimal(10), output_per_mtok=Decimal("2.50"))
+    assert str(ten.cost(input_tokens=10**6, output_tokens=0)) == "10"
+    assert str(ten.worst_case(input_tokens_bound=10**6, max_output_tokens=4 * 10**6)) == "20"
+    assert str(ten.cost(input_tokens=0, output_tokens=0)) == "0"
+
+
 def test_the_worst_case_takes_the_dearest_price_the_bounds_can_reach() -> None:
     # below the threshold: the cache write price is the dearest input price
     assert TIERED.worst_case(input_tokens_bound=1000, max_output_tokens=100) == Decimal(

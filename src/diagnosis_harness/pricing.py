@@ -69,6 +69,7 @@ _EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN, traps=[Inexact, In
 _TOKENS_PER_MTOK = 6  # prices are per million tokens: a price per token is price.scaleb(-6)
 
 _ZERO = Decimal(0)
+_ONE = Decimal(1)
 
 
 def _price(name: str, value: object) -> Decimal:
@@ -91,6 +92,14 @@ def _price(name: str, value: object) -> Decimal:
 
 def _optional_price(name: str, value: object) -> Decimal | None:
     return None if value is None else _price(name, value)
+
+
+def _tidy(amount: Decimal) -> Decimal:
+    """``amount`` without trailing zeros (``0.0028800`` as ``0.00288``), and never in exponent
+    notation for a whole number (``10``, not ``1E+1``): the same value, as a reader writes it."""
+    tidy = amount.normalize(_EXACT)
+    whole = tidy == tidy.to_integral_value(context=_EXACT)
+    return tidy.quantize(_ONE, context=_EXACT) if whole else tidy
 
 
 def _per_mtok(tokens: int, price_per_mtok: Decimal) -> Decimal:
@@ -189,7 +198,8 @@ class ModelPrice:
 
         The tier is the one ``input_tokens`` falls in, applied to every token, as genai-prices'
         ``calc_price`` does; for the same usage the two agree exactly. ``cache_read_tokens`` and
-        ``cache_write_tokens`` are part of ``input_tokens`` (their sum may not exceed it).
+        ``cache_write_tokens`` are part of ``input_tokens`` (their sum may not exceed it). The
+        amount is written without trailing zeros (``0.00288``, ``10``); its value is exact.
         """
         non_negative_int("input_tokens", input_tokens)
         non_negative_int("output_tokens", output_tokens)
@@ -218,7 +228,7 @@ class ModelPrice:
         total = _ZERO
         for part in parts:
             total = _EXACT.add(total, part)
-        return total
+        return _tidy(total)
 
     def worst_case(self, *, input_tokens_bound: int, max_output_tokens: int) -> Decimal:
         """The most, in US dollars, that a request within these bounds can cost: its hold.
@@ -247,7 +257,7 @@ class ModelPrice:
         )
         output_rate = max(rates.output_per_mtok for rates in reachable)
         total = _EXACT.add(self.per_request, _per_mtok(input_tokens_bound, input_rate))
-        return _EXACT.add(total, _per_mtok(max_output_tokens, output_rate))
+        return _tidy(_EXACT.add(total, _per_mtok(max_output_tokens, output_rate)))
 
 
 class UnknownPrice(LookupError):
