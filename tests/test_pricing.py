@@ -24,6 +24,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from diagnosis_harness import HarnessError
 from diagnosis_harness.pricing import (
     USD_PER_UNIT,
     GenaiPrices,
@@ -231,6 +232,7 @@ def test_an_unknown_model_is_refused_with_what_to_do(provider: str | None) -> No
     assert "PriceTable({'my-fine-tune-7': ModelPrice(input_per_mtok=Decimal(" in message
     assert "never priced as free" in message
     assert isinstance(raised.value, LookupError)
+    assert isinstance(raised.value, HarnessError)
 
 
 def test_a_table_without_the_model_nor_a_fallback_refuses_it() -> None:

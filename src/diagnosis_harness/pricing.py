@@ -39,6 +39,7 @@ from decimal import (
 from itertools import pairwise
 from typing import TYPE_CHECKING, Literal, Protocol, final
 
+from ._errors import HarnessError
 from ._validate import non_blank_str, non_negative_int
 
 if TYPE_CHECKING:
@@ -260,7 +261,7 @@ class ModelPrice:
         return _tidy(_EXACT.add(total, _per_mtok(max_output_tokens, output_rate)))
 
 
-class UnknownPrice(LookupError):
+class UnknownPrice(HarnessError, LookupError):
     """No price is known for a model: the call it would price must not be made.
 
     ``model`` and ``provider`` (``None`` when not given) name what was looked up; the message
