@@ -705,3 +705,42 @@ def test_to_units_refuses_an_unknown_rounding() -> None:
 def test_from_units_refuses_what_is_not_a_count(units: object, error: type[Exception]) -> None:
     with pytest.raises(error, match="units"):
         from_units(units)  # type: ignore[arg-type]  # the bad input under test
+
+
+def test_genai_prices_without_its_extra_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys  # noqa: PLC0415
+
+    monkeypatch.setitem(sys.modules, "genai_prices", None)  # as on Python 3.10, or not installed
+    with pytest.raises(ImportError, match=r"pip install 'diagnosis-harness\[prices\]'"):
+        GenaiPrices()
+
+
+@needs_genai_prices
+@pytest.mark.parametrize(
+    ("prices", "says"),
+    [
+        ({"output_mtok": Decimal(1)}, "no input token price"),
+        ({"input_mtok": Decimal(1)}, "no output token price"),
+        ({}, "no input or output token price"),
+        ({"cache_read_mtok": Decimal(1)}, "no input or output token price"),
+        (
+            {"input_mtok": Decimal(1), "output_mtok": Decimal(1), "requests_kcount": "tiered"},
+            "per-request price is tiered",
+        ),
+    ],
+)
+def test_a_price_genai_prices_states_in_part_is_refused(prices: dict[str, Any], says: str) -> None:
+    from genai_prices.types import ModelPrice as GenaiModelPrice  # noqa: PLC0415
+    from genai_prices.types import Tier, TieredPrices  # noqa: PLC0415
+
+    from diagnosis_harness.pricing import _from_genai  # noqa: PLC0415
+
+    if prices.get("requests_kcount") == "tiered":
+        prices["requests_kcount"] = TieredPrices(
+            base=Decimal(1), tiers=[Tier(start=5, price=Decimal(2))]
+        )
+    with pytest.raises(UnknownPrice, match=says) as raised:
+        _from_genai(GenaiModelPrice(**prices), "odd-model", "acme")
+    assert "'odd-model' of provider 'acme'" in str(raised.value)
