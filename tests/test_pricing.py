@@ -82,10 +82,23 @@ USAGES = [
     {"input_tokens": 1234, "output_tokens": 567},
     {"input_tokens": 5000, "output_tokens": 100, "cache_read_tokens": 4000},
     {"input_tokens": 5000, "output_tokens": 100, "cache_write_tokens": 3000},
+    {
+        "input_tokens": 5000,
+        "output_tokens": 9,
+        "cache_write_tokens": 3000,
+        "cache_write_1h_tokens": 2000,
+    },
     {"input_tokens": 100_000, "output_tokens": 8000, "cache_read_tokens": 1},
     {"input_tokens": 100_001, "output_tokens": 8000},  # past claude-haiku-5-5's threshold
     {"input_tokens": 200_000, "output_tokens": 8000},  # at a threshold: still the base price
     {"input_tokens": 200_001, "output_tokens": 8000, "cache_read_tokens": 100_000},
+    {
+        "input_tokens": 250_000,
+        "output_tokens": 1,
+        "cache_read_tokens": 10,
+        "cache_write_tokens": 200_000,
+        "cache_write_1h_tokens": 150_000,
+    },
     {"input_tokens": 272_001, "output_tokens": 32_000, "cache_write_tokens": 1000},
     {"input_tokens": 10**7, "output_tokens": 10**6},
 ]
@@ -108,6 +121,8 @@ def test_the_real_models_include_tiers_and_a_price_per_request() -> None:
     prices = GenaiPrices()
     sonnet = prices.model_price("claude-sonnet-4-5", provider="anthropic", at=AT)
     assert [tier.above_input_tokens for tier in sonnet.tiers] == [200_000]
+    assert sonnet.cache_write_1h_per_mtok is not None  # one-hour cache writes: their own price
+    assert sonnet.tiers[0].cache_write_1h_per_mtok is not None
     assert sonnet.cost(input_tokens=200_001, output_tokens=0) > 2 * sonnet.cost(
         input_tokens=200_000, output_tokens=0
     )
@@ -145,6 +160,13 @@ def test_every_model_of_the_data_costs_what_genai_prices_says() -> None:
                 {"input_tokens": size, "output_tokens": 321},
                 {"input_tokens": size, "output_tokens": 5, "cache_read_tokens": cached},
                 {"input_tokens": size, "output_tokens": 0, "cache_write_tokens": cached},
+                {
+                    "input_tokens": size,
+                    "output_tokens": 1,
+                    "cache_read_tokens": cached,
+                    "cache_write_tokens": cached,
+                    "cache_write_1h_tokens": cached // 2,
+                },
             ):
                 expected = info.calc_price(
                     _usage(usage), provider, genai_request_timestamp=AT
@@ -331,6 +353,16 @@ def test_amounts_are_written_as_a_reader_writes_them() -> None:
     assert str(ten.cost(input_tokens=0, output_tokens=0)) == "0"
 
 
+def test_one_hour_cache_writes_have_their_own_price() -> None:
+    one_hour = dataclasses.replace(TIERED, cache_write_1h_per_mtok=Decimal(6))
+    usage = {"input_tokens": 1000, "output_tokens": 0, "cache_write_tokens": 300}
+    assert TIERED.cost(**usage, cache_write_1h_tokens=100) == TIERED.cost(**usage)  # no price: 5m
+    # 700 input at 3, 200 five-minute writes at 3.75, 100 one-hour writes at 6
+    assert one_hour.cost(**usage, cache_write_1h_tokens=100) == Decimal("0.00345")
+    # the dearest input price, below the threshold: the one-hour write
+    assert one_hour.worst_case(input_tokens_bound=1000, max_output_tokens=0) == Decimal("0.006")
+
+
 def test_the_worst_case_takes_the_dearest_price_the_bounds_can_reach() -> None:
     # below the threshold: the cache write price is the dearest input price
     assert TIERED.worst_case(input_tokens_bound=1000, max_output_tokens=100) == Decimal(
@@ -366,6 +398,7 @@ def model_prices(draw: st.DrawFn) -> ModelPrice:
         output_per_mtok=draw(prices),
         cache_read_per_mtok=draw(optional_prices),
         cache_write_per_mtok=draw(optional_prices),
+        cache_write_1h_per_mtok=draw(optional_prices),
         per_request=draw(prices),
         tiers=tuple(
             PriceTier(
@@ -374,6 +407,7 @@ def model_prices(draw: st.DrawFn) -> ModelPrice:
                 output_per_mtok=draw(prices),
                 cache_read_per_mtok=draw(optional_prices),
                 cache_write_per_mtok=draw(optional_prices),
+                cache_write_1h_per_mtok=draw(optional_prices),
             )
             for above in thresholds
         ),
@@ -392,12 +426,14 @@ def test_the_worst_case_is_never_below_the_cost_within_its_bounds(
     input_tokens = data.draw(st.integers(0, input_bound), label="input_tokens")
     cache_read = data.draw(st.integers(0, input_tokens), label="cache_read_tokens")
     cache_write = data.draw(st.integers(0, input_tokens - cache_read), label="cache_write_tokens")
+    cache_write_1h = data.draw(st.integers(0, cache_write), label="cache_write_1h_tokens")
     output_tokens = data.draw(st.integers(0, max_output), label="output_tokens")
     cost = price.cost(
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         cache_read_tokens=cache_read,
         cache_write_tokens=cache_write,
+        cache_write_1h_tokens=cache_write_1h,
     )
     assert cost <= price.worst_case(input_tokens_bound=input_bound, max_output_tokens=max_output)
 
@@ -409,7 +445,11 @@ def test_the_worst_case_of_a_usage_s_own_counts_is_reached_when_it_pays_the_dear
     """Not a bound pulled from the air: with no cache prices and no tiers, the worst case of a
     usage's own counts is its cost."""
     plain = dataclasses.replace(
-        price, cache_read_per_mtok=None, cache_write_per_mtok=None, tiers=()
+        price,
+        cache_read_per_mtok=None,
+        cache_write_per_mtok=None,
+        cache_write_1h_per_mtok=None,
+        tiers=(),
     )
     assert plain.worst_case(
         input_tokens_bound=input_tokens, max_output_tokens=output
@@ -520,7 +560,13 @@ NOT_A_PRICE: list[tuple[object, type[Exception], str]] = [
     (Decimal("-Infinity"), ValueError, "finite"),
 ]
 
-PRICE_FIELDS = ["input_per_mtok", "output_per_mtok", "cache_read_per_mtok", "cache_write_per_mtok"]
+PRICE_FIELDS = [
+    "input_per_mtok",
+    "output_per_mtok",
+    "cache_read_per_mtok",
+    "cache_write_per_mtok",
+    "cache_write_1h_per_mtok",
+]
 
 
 @pytest.mark.parametrize(("bad", "error", "says"), NOT_A_PRICE)
@@ -593,7 +639,13 @@ def test_prices_are_frozen_and_final() -> None:
         assert getattr(cls, "__final__", False), cls
 
 
-TOKEN_ARGUMENTS = ["input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"]
+TOKEN_ARGUMENTS = [
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "cache_write_1h_tokens",
+]
 
 
 @pytest.mark.parametrize("argument", TOKEN_ARGUMENTS)
@@ -611,6 +663,8 @@ def test_cost_refuses_a_token_count_that_is_not_one(
 def test_cost_refuses_cached_tokens_beyond_the_input() -> None:
     with pytest.raises(ValueError, match=r"part of input_tokens.*6 \+ 5 > 10"):
         TIERED.cost(input_tokens=10, output_tokens=0, cache_read_tokens=6, cache_write_tokens=5)
+    with pytest.raises(ValueError, match=r"part of cache_write_tokens.*4 > 3"):
+        TIERED.cost(input_tokens=10, output_tokens=0, cache_write_tokens=3, cache_write_1h_tokens=4)
 
 
 @pytest.mark.parametrize("argument", ["input_tokens_bound", "max_output_tokens"])

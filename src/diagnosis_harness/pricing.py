@@ -103,6 +103,10 @@ def _tidy(amount: Decimal) -> Decimal:
     return tidy.quantize(_ONE, context=_EXACT) if whole else tidy
 
 
+def _or(price: Decimal | None, otherwise: Decimal) -> Decimal:
+    return otherwise if price is None else price
+
+
 def _per_mtok(tokens: int, price_per_mtok: Decimal) -> Decimal:
     """``tokens`` at ``price_per_mtok`` dollars per million tokens, exactly."""
     return _EXACT.multiply(Decimal(tokens), price_per_mtok).scaleb(-_TOKENS_PER_MTOK, _EXACT)
@@ -124,6 +128,8 @@ class PriceTier:
     output_per_mtok: Decimal
     cache_read_per_mtok: Decimal | None = None  # None: cached reads cost input_per_mtok
     cache_write_per_mtok: Decimal | None = None  # None: cache writes cost input_per_mtok
+    # None: 1-hour cache writes cost cache_write_per_mtok (else input_per_mtok)
+    cache_write_1h_per_mtok: Decimal | None = None
 
     def __post_init__(self) -> None:
         non_negative_int("above_input_tokens", self.above_input_tokens)
@@ -135,6 +141,7 @@ def _check_rates(rates: PriceTier | ModelPrice) -> None:
     _price("output_per_mtok", rates.output_per_mtok)
     _optional_price("cache_read_per_mtok", rates.cache_read_per_mtok)
     _optional_price("cache_write_per_mtok", rates.cache_write_per_mtok)
+    _optional_price("cache_write_1h_per_mtok", rates.cache_write_1h_per_mtok)
 
 
 @final
@@ -145,7 +152,9 @@ class ModelPrice:
     ``input_tokens`` is the request's whole input, cached tokens included (genai-prices'
     convention: Anthropic's ``cache_creation_input_tokens`` and ``cache_read_input_tokens`` are
     added to it); the cached part is priced at ``cache_read_per_mtok`` / ``cache_write_per_mtok``
-    where given, else at ``input_per_mtok``, and the rest at ``input_per_mtok``. ``per_request``
+    where given, else at ``input_per_mtok``, and the rest at ``input_per_mtok``. Cache writes
+    kept for an hour (Anthropic's ``ephemeral_1h_input_tokens``, part of the cache writes) are
+    priced at ``cache_write_1h_per_mtok`` where given, else as other cache writes. ``per_request``
     is a fixed price of every request (genai-prices' ``requests_kcount``, divided by 1000).
 
     ``tiers``, in strictly increasing ``above_input_tokens``, re-price a request whose input
@@ -164,6 +173,8 @@ class ModelPrice:
     output_per_mtok: Decimal
     cache_read_per_mtok: Decimal | None = None  # None: cached reads cost input_per_mtok
     cache_write_per_mtok: Decimal | None = None  # None: cache writes cost input_per_mtok
+    # None: 1-hour cache writes cost cache_write_per_mtok (else input_per_mtok)
+    cache_write_1h_per_mtok: Decimal | None = None
     per_request: Decimal = _ZERO  # dollars per request, whatever its tokens
     tiers: tuple[PriceTier, ...] = ()  # strictly increasing above_input_tokens
 
@@ -194,36 +205,43 @@ class ModelPrice:
         output_tokens: int,
         cache_read_tokens: int = 0,
         cache_write_tokens: int = 0,
+        cache_write_1h_tokens: int = 0,
     ) -> Decimal:
         """The exact price, in US dollars, of one request with this usage.
 
         The tier is the one ``input_tokens`` falls in, applied to every token, as genai-prices'
         ``calc_price`` does; for the same usage the two agree exactly. ``cache_read_tokens`` and
-        ``cache_write_tokens`` are part of ``input_tokens`` (their sum may not exceed it). The
-        amount is written without trailing zeros (``0.00288``, ``10``); its value is exact.
+        ``cache_write_tokens`` are part of ``input_tokens`` (their sum may not exceed it), and
+        ``cache_write_1h_tokens`` part of ``cache_write_tokens``. The amount is written without
+        trailing zeros (``0.00288``, ``10``); its value is exact.
         """
         non_negative_int("input_tokens", input_tokens)
         non_negative_int("output_tokens", output_tokens)
         non_negative_int("cache_read_tokens", cache_read_tokens)
         non_negative_int("cache_write_tokens", cache_write_tokens)
+        non_negative_int("cache_write_1h_tokens", cache_write_1h_tokens)
+        if cache_write_1h_tokens > cache_write_tokens:
+            raise ValueError(
+                "cache_write_1h_tokens are part of cache_write_tokens and may not exceed them, "
+                f"got {cache_write_1h_tokens} > {cache_write_tokens}"
+            )
         if cache_read_tokens + cache_write_tokens > input_tokens:
             raise ValueError(
                 "cache_read_tokens + cache_write_tokens are part of input_tokens and may not "
                 f"exceed it, got {cache_read_tokens} + {cache_write_tokens} > {input_tokens}"
             )
         rates = self._rates_for(input_tokens)
-        uncached = input_tokens - cache_read_tokens - cache_write_tokens
-        cache_read = rates.cache_read_per_mtok
-        cache_write = rates.cache_write_per_mtok
+        # A kind of token without a price of its own is priced as the kind it is part of, as
+        # genai-prices prices the leaves of its unit tree.
+        cache_read = _or(rates.cache_read_per_mtok, rates.input_per_mtok)
+        cache_write = _or(rates.cache_write_per_mtok, rates.input_per_mtok)
+        cache_write_1h = _or(rates.cache_write_1h_per_mtok, cache_write)
         parts = (
             self.per_request,
-            _per_mtok(uncached, rates.input_per_mtok),
-            _per_mtok(
-                cache_read_tokens, rates.input_per_mtok if cache_read is None else cache_read
-            ),
-            _per_mtok(
-                cache_write_tokens, rates.input_per_mtok if cache_write is None else cache_write
-            ),
+            _per_mtok(input_tokens - cache_read_tokens - cache_write_tokens, rates.input_per_mtok),
+            _per_mtok(cache_read_tokens, cache_read),
+            _per_mtok(cache_write_tokens - cache_write_1h_tokens, cache_write),
+            _per_mtok(cache_write_1h_tokens, cache_write_1h),
             _per_mtok(output_tokens, rates.output_per_mtok),
         )
         total = _ZERO
@@ -237,10 +255,11 @@ class ModelPrice:
         ``input_tokens_bound`` must be at least the request's input tokens (cached included) and
         ``max_output_tokens`` at least its output tokens. Then, for every usage within them,
         ``cost(...) <= worst_case(...)``: each input token is priced at the highest input,
-        cache-read or cache-write price, and each output token at the highest output price, of
-        the base prices and of every tier the bound can reach (``above_input_tokens <
-        input_tokens_bound``), plus ``per_request``. The highest of the reachable tiers, not the
-        tier of the bound: a tier is a cliff, and a later tier is not assumed to cost more.
+        cache-read or cache-write (one-hour ones included) price, and each output token at the
+        highest output price, of the base prices and of every tier the bound can reach
+        (``above_input_tokens < input_tokens_bound``), plus ``per_request``. The highest of the
+        reachable tiers, not the tier of the bound: a tier is a cliff, and a later tier is not
+        assumed to cost more.
         """
         non_negative_int("input_tokens_bound", input_tokens_bound)
         non_negative_int("max_output_tokens", max_output_tokens)
@@ -253,6 +272,7 @@ class ModelPrice:
                 rates.input_per_mtok,
                 rates.cache_read_per_mtok,
                 rates.cache_write_per_mtok,
+                rates.cache_write_1h_per_mtok,
             )
             if price is not None
         )
@@ -437,7 +457,8 @@ def _from_genai(price: _GenaiModelPrice, model: str, provider: str | None) -> Mo
         raise UnknownPrice(model, provider, "its per-request price is tiered, which is unsupported")
     per_request = _ZERO if requests is None else requests.scaleb(-3, _EXACT)
     cache_read_mtok, cache_write_mtok = price.cache_read_mtok, price.cache_write_mtok
-    tiered = [input_mtok, output_mtok, cache_read_mtok, cache_write_mtok]
+    cache_write_1h_mtok = price.cache_write_1h_mtok
+    tiered = [input_mtok, output_mtok, cache_read_mtok, cache_write_mtok, cache_write_1h_mtok]
     thresholds = sorted(
         {tier.start for value in tiered if isinstance(value, TieredPrices) for tier in value.tiers}
     )
@@ -462,6 +483,7 @@ def _from_genai(price: _GenaiModelPrice, model: str, provider: str | None) -> Mo
             output_per_mtok=rate(output_mtok, above),
             cache_read_per_mtok=optional_rate(cache_read_mtok, above),
             cache_write_per_mtok=optional_rate(cache_write_mtok, above),
+            cache_write_1h_per_mtok=optional_rate(cache_write_1h_mtok, above),
         )
         for above in thresholds
     )
@@ -471,6 +493,7 @@ def _from_genai(price: _GenaiModelPrice, model: str, provider: str | None) -> Mo
         output_per_mtok=rate(output_mtok, -1),
         cache_read_per_mtok=optional_rate(cache_read_mtok, -1),
         cache_write_per_mtok=optional_rate(cache_write_mtok, -1),
+        cache_write_1h_per_mtok=optional_rate(cache_write_1h_mtok, -1),
         per_request=per_request,
         tiers=tiers,
     )
