@@ -162,7 +162,9 @@ class ModelPrice:
 
     Only text tokens are priced: audio, image and video tokens, web searches and the other
     units genai-prices knows are outside this price (a request that uses them costs more than
-    :meth:`cost` says, and its worst case must be bounded by the caller).
+    :meth:`cost` says, and its worst case must be bounded by the caller). Reasoning tokens are
+    output tokens here, at the output price (genai-prices prices them apart for two models, at
+    less).
 
     Invariants (checked at construction; a bad value raises and nothing is made): every price
     is a finite Decimal >= 0 (never a float), the tiers' thresholds are ints >= 0, strictly
@@ -502,10 +504,12 @@ def _from_genai(price: _GenaiModelPrice, model: str, provider: str | None) -> Mo
 # -- integer units, for stores that keep integers -------------------------------------------------
 
 USD_PER_UNIT = Decimal("1E-12")
-"""One unit of :func:`to_units`: a picodollar. Every per-token price in genai-prices' data whose
-price per million tokens has at most six decimal places is a whole number of picodollars (some
-are below a nanodollar per token); 2**53 picodollars (a double's exact integers, Lua's numbers in
-Redis) is about $9,007."""
+"""One unit of :func:`to_units`: a picodollar. Fine enough for genai-prices' data, where some
+prices are below a nanodollar per token: in genai-prices 0.2.3, every price per token or per
+request is a whole number of picodollars but 28 of 7,930, which carry a float's or a repeating
+decimal's digits (``0.13999999999999999``, ``0.0416666666666667`` per million tokens) and which
+no finer unit that fits an integer store would make whole. 2**53 picodollars (a double's exact
+integers, Lua's numbers in Redis) is about $9,007."""
 
 _UNIT_EXPONENT = 12
 
