@@ -438,6 +438,40 @@ def test_the_worst_case_is_never_below_the_cost_within_its_bounds(
     assert cost <= price.worst_case(input_tokens_bound=input_bound, max_output_tokens=max_output)
 
 
+@given(
+    price=model_prices(),
+    input_bound=st.integers(0, 1_000_000),
+    max_output=st.integers(0, 200_000),
+    data=st.data(),
+)
+def test_the_worst_case_of_a_request_that_writes_no_cache_is_never_below_its_cost(
+    price: ModelPrice, input_bound: int, max_output: int, data: st.DataObject
+) -> None:
+    input_tokens = data.draw(st.integers(0, input_bound), label="input_tokens")
+    cache_read = data.draw(st.integers(0, input_tokens), label="cache_read_tokens")
+    output_tokens = data.draw(st.integers(0, max_output), label="output_tokens")
+    cost = price.cost(
+        input_tokens=input_tokens, output_tokens=output_tokens, cache_read_tokens=cache_read
+    )
+    worst = price.worst_case(
+        input_tokens_bound=input_bound, max_output_tokens=max_output, writes_cache=False
+    )
+    assert (
+        cost
+        <= worst
+        <= price.worst_case(input_tokens_bound=input_bound, max_output_tokens=max_output)
+    )
+
+
+def test_a_request_that_writes_no_cache_holds_less() -> None:
+    # below the threshold: the input price, not the cache write's 3.75
+    assert TIERED.worst_case(
+        input_tokens_bound=1000, max_output_tokens=100, writes_cache=False
+    ) == Decimal("0.003") + Decimal("0.0015")
+    with pytest.raises(TypeError, match="writes_cache must be a bool, got 0"):
+        TIERED.worst_case(input_tokens_bound=1, max_output_tokens=1, writes_cache=0)  # type: ignore[arg-type]  # the bad input under test
+
+
 @given(price=model_prices(), input_tokens=st.integers(0, 1_000_000), output=st.integers(0, 10**5))
 def test_the_worst_case_of_a_usage_s_own_counts_is_reached_when_it_pays_the_dearest(
     price: ModelPrice, input_tokens: int, output: int

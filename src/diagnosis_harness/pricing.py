@@ -251,7 +251,9 @@ class ModelPrice:
             total = _EXACT.add(total, part)
         return _tidy(total)
 
-    def worst_case(self, *, input_tokens_bound: int, max_output_tokens: int) -> Decimal:
+    def worst_case(
+        self, *, input_tokens_bound: int, max_output_tokens: int, writes_cache: bool = True
+    ) -> Decimal:
         """The most, in US dollars, that a request within these bounds can cost: its hold.
 
         ``input_tokens_bound`` must be at least the request's input tokens (cached included) and
@@ -262,9 +264,16 @@ class ModelPrice:
         (``above_input_tokens < input_tokens_bound``), plus ``per_request``. The highest of the
         reachable tiers, not the tier of the bound: a tier is a cliff, and a later tier is not
         assumed to cost more.
+
+        ``writes_cache=False`` is for a request that cannot write to the provider's prompt cache
+        (an Anthropic request without ``cache_control``): the cache-write prices, often the
+        dearest input prices, are then left out, and the bound holds for every usage within the
+        bounds that writes no cache (``cache_write_tokens=0``).
         """
         non_negative_int("input_tokens_bound", input_tokens_bound)
         non_negative_int("max_output_tokens", max_output_tokens)
+        if not isinstance(writes_cache, bool):
+            raise TypeError(f"writes_cache must be a bool, got {writes_cache!r}")
         reachable: list[ModelPrice | PriceTier] = [self]
         reachable += [tier for tier in self.tiers if input_tokens_bound > tier.above_input_tokens]
         input_rate = max(
@@ -273,8 +282,11 @@ class ModelPrice:
             for price in (
                 rates.input_per_mtok,
                 rates.cache_read_per_mtok,
-                rates.cache_write_per_mtok,
-                rates.cache_write_1h_per_mtok,
+                *(
+                    (rates.cache_write_per_mtok, rates.cache_write_1h_per_mtok)
+                    if writes_cache
+                    else ()
+                ),
             )
             if price is not None
         )
