@@ -218,6 +218,39 @@ def test_genai_prices_reads_the_bundled_data_only() -> None:
     assert GenaiPrices().data_version == f"genai-prices {genai_prices.__version__} (bundled data)"
 
 
+OFFLINE = """
+import socket
+
+class NoNetwork(socket.socket):
+    def connect(self, *args, **kwargs):
+        raise AssertionError("GenaiPrices used the network")
+
+    connect_ex = connect
+
+socket.socket = NoNetwork
+socket.create_connection = NoNetwork.connect
+
+from diagnosis_harness.pricing import GenaiPrices
+
+prices = GenaiPrices()
+print(prices.model_price("gpt-4o", provider="openai").input_per_mtok)
+"""
+
+
+@needs_genai_prices
+def test_genai_prices_works_offline() -> None:
+    """A fresh interpreter whose sockets cannot connect: making a GenaiPrices and pricing a
+    model needs no network (genai-prices fetches only when UpdatePrices is started)."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    result = subprocess.run(
+        [sys.executable, "-c", OFFLINE], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "2.5"
+
+
 @needs_genai_prices
 def test_a_model_the_data_lists_without_token_prices_is_not_free() -> None:
     free = next(
