@@ -162,7 +162,7 @@ _PACKAGE = "diagnosis-harness"
 _REDIS = "redis-server"
 _SHELL = frozenset({"sh", "bash", "console", "shell"})
 # Extras that some supported Pythons cannot install, and the first version that can.
-_NEEDS_PYTHON = {"pydantic-ai": (3, 11)}
+_NEEDS_PYTHON = {"pydantic-ai": (3, 11), "prices": (3, 11)}
 
 
 @dataclass(frozen=True)

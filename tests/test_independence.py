@@ -17,7 +17,10 @@ import json
 import os
 import subprocess
 import sys
+from importlib.util import find_spec
 from pathlib import Path
+
+import pytest
 
 import diagnosis_harness
 from diagnosis_harness.conformance.suite.test_core_independence import PROBE, core_modules
@@ -37,6 +40,7 @@ KNOWN_CORE = (
     "_retry_policy",
     "_scope",
     "_validate",
+    "pricing",
     "testing",
     "_generated.tables",
     "_generated.models",
@@ -153,3 +157,32 @@ def test_importing_the_package_loads_nothing_a_sync_user_needs_only_later() -> N
 def test_the_lazy_probe_would_see_a_lazy_import() -> None:
     assert _loaded_above_the_floor("asyncio") >= {"asyncio", "logging"}
     assert "fractions" in _loaded_above_the_floor("fractions")
+
+
+# -- prices: genai-prices only for who makes a GenaiPrices -----------------------------------------
+
+# genai-prices and what it imports (pydantic, its HTTP client for UpdatePrices).
+PRICES_EXTRA = ("genai_prices", "pydantic", "httpx2")
+
+
+def _loaded_by(code: str) -> set[str]:
+    """The modules of ``PRICES_EXTRA`` a fresh interpreter has loaded after running ``code``."""
+    probe = f"import json, sys\n{code}\nprint(json.dumps(sorted(sys.modules)))"
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded: list[str] = json.loads(result.stdout)
+    return {extra for extra in PRICES_EXTRA for name in loaded if name.split(".")[0] == extra}
+
+
+def test_importing_pricing_loads_no_genai_prices() -> None:
+    """``diagnosis_harness.pricing`` is the standard library only: PriceTable and the units work
+    without the ``prices`` extra, and whoever imports the module pays for no price data."""
+    assert _loaded_by("import diagnosis_harness.pricing") == set()
+
+
+@pytest.mark.skipif(find_spec("genai_prices") is None, reason="genai-prices is Python 3.11+")
+def test_the_pricing_probe_would_see_genai_prices() -> None:
+    assert "genai_prices" in _loaded_by(
+        "from diagnosis_harness.pricing import GenaiPrices\nGenaiPrices()"
+    )
