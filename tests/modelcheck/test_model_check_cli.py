@@ -132,7 +132,7 @@ def test_a_small_run_prints_a_readable_summary_and_writes_the_coverage(tmp_path:
         "model-check: spin ...",
     ]
     data = json.loads(path.read_text(encoding="utf-8"))
-    assert data["covered"] == data["total"] == 16
+    assert data["covered"] == data["total"] == 18
     kinds = [check["kind"] for check in data["checks"]]
     assert kinds == ["exhaustive", *["stateful"] * 3, "planted", "scheduled", "spin"]
 
