@@ -255,11 +255,10 @@ class RunProbe:
 
     def reserve_model(self) -> RunTerminated | None:
         """``ctx.reserve_model_call()``; returns what it raised."""
-        self._note("reserve_model", f"reserve_model_call(max_cost={PROBE_HOLD})")
+        max_cost = PROBE_HOLD if self.config.holds_money else None
+        self._note("reserve_model", f"reserve_model_call(max_cost={max_cost})")
         expected = self.prediction.reserve_model()
-        got = self._call(
-            lambda: self._holds.append(self.ctx.reserve_model_call(max_cost=PROBE_HOLD))
-        )
+        got = self._call(lambda: self._holds.append(self.ctx.reserve_model_call(max_cost=max_cost)))
         return self._reserved("reserve_model_call()", expected, got, Boundary.MODEL)
 
     def reserve_tool(self, tool: str) -> RunTerminated | None:
@@ -306,6 +305,8 @@ class RunProbe:
         every hold is settled): recorded even past a limit, even after the run ended."""
         if not self._holds:
             return
+        if not self.config.holds_money:
+            cost_units = 0  # a store that holds no money settles tokens only
         what = f"hold.settle(cost={cost_units} units, {input_tokens}, {output_tokens})"
         self._note("record_usage", what)  # to the spec, a settle reports a call's usage
         self.prediction.settle(input_tokens, output_tokens, cost_units)

@@ -212,7 +212,7 @@ class Prediction:
             return self._refuse_budget(BudgetEvent.RESERVE, BudgetDimension.MODEL_CALLS)
         self._grant()
         self.ref.model_calls += 1
-        self.ref.holds.append(PROBE_HOLD_UNITS)
+        self.ref.holds.append(PROBE_HOLD_UNITS if self.config.holds_money else 0)
         return None
 
     def reserve_tool(self, tool: str) -> type[RunTerminated] | None:
