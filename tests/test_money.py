@@ -89,10 +89,10 @@ def test_a_hold_is_kept_until_settled_and_the_snapshot_says_so() -> None:
         False,
     )
     usage = ctx.budget.snapshot()
-    assert (usage.cost, usage.cost_held, usage.model_calls) == (0, D("0.4"), 1)
+    assert (usage.cost, usage.cost_held, usage.model_calls) == (D(0), D("0.4"), 1)
     hold.settle(cost=D("0.25"), input_tokens=100, output_tokens=20)
     usage = ctx.budget.snapshot()
-    assert (usage.cost, usage.cost_held) == (D("0.25"), 0)
+    assert (usage.cost, usage.cost_held) == (D("0.25"), D(0))
     assert (usage.input_tokens, usage.output_tokens, usage.total_tokens) == (100, 20, 120)
     assert hold.settled
     assert ctx.budget.state is BudgetState.ACTIVE
@@ -133,7 +133,7 @@ def test_without_a_money_limit_max_cost_is_optional_and_tracked() -> None:
     paid.settle(cost=D("7"))  # no limit: recorded, never exhausts
     free.settle(cost=D("0.5"), output_tokens=3)
     usage = ctx.budget.snapshot()
-    assert (usage.cost, usage.cost_held, usage.output_tokens) == (D("7.5"), 0, 3)
+    assert (usage.cost, usage.cost_held, usage.output_tokens) == (D("7.5"), D(0), 3)
     assert ctx.budget.state is BudgetState.ACTIVE
 
 
@@ -200,7 +200,7 @@ def test_an_actual_above_max_cost_is_recorded_and_exhausts_the_run() -> None:
     hold = ctx.reserve_tool_call("t", max_cost=D("0.50"))
     hold.settle(cost=D("1.20"))  # does not raise: the call happened
     usage = ctx.budget.snapshot()
-    assert (usage.cost, usage.cost_held, usage.exhausted) == (D("1.2"), 0, BudgetDimension.COST)
+    assert (usage.cost, usage.cost_held, usage.exhausted) == (D("1.2"), D(0), BudgetDimension.COST)
     termination = ctx.lifecycle.termination
     assert termination is not None
     assert termination.state is RunState.BUDGET_EXHAUSTED
@@ -240,7 +240,7 @@ def test_a_hold_granted_before_the_run_ended_still_settles_after() -> None:
     ctx.lifecycle.succeed()
     hold.settle(cost=D("0.30"), output_tokens=5)
     usage = ctx.budget.snapshot()
-    assert (usage.cost, usage.cost_held, usage.output_tokens) == (D("0.3"), 0, 5)
+    assert (usage.cost, usage.cost_held, usage.output_tokens) == (D("0.3"), D(0), 5)
     assert ctx.lifecycle.state is RunState.SUCCESS
 
 
@@ -337,7 +337,7 @@ def test_sixteen_parallel_paid_tool_calls_under_a_dollar_run_exactly_ten() -> No
         thread.join()
     assert (len(granted), len(refused)) == (10, 6)
     usage = ctx.budget.snapshot()
-    assert (usage.tool_calls, usage.cost, usage.cost_held) == (10, DOLLAR, 0)
+    assert (usage.tool_calls, usage.cost, usage.cost_held) == (10, DOLLAR, D(0))
     assert all(isinstance(error, BudgetExhausted) for error in refused)
 
 
