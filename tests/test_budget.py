@@ -48,8 +48,8 @@ def _consistent(usage: BudgetUsage) -> None:
 # -- limits -----------------------------------------------------------------------------------
 
 
-def test_the_dimensions_are_the_seven_limits() -> None:
-    assert tuple(d.value for d in BudgetDimension) == LIMIT_NAMES
+def test_the_dimensions_are_the_seven_limits_and_cost() -> None:
+    assert tuple(d.value for d in BudgetDimension) == (*LIMIT_NAMES, "cost")
 
 
 @pytest.mark.parametrize("missing", LIMIT_NAMES)
@@ -215,7 +215,7 @@ def test_after_exhaustion_all_controlled_work_is_rejected() -> None:
     assert ctx.budget.snapshot() == before
 
 
-RESERVATIONS: dict[str, Callable[[RunContext], None]] = {
+RESERVATIONS: dict[str, Callable[[RunContext], object]] = {
     "model": lambda ctx: ctx.reserve_model_call(),
     "tool": lambda ctx: ctx.reserve_tool_call("t"),
     "bytes": lambda ctx: ctx.reserve_bytes(1),

@@ -271,7 +271,7 @@ def test_every_later_check_raises_the_same_termination() -> None:
     clock.advance_ns(10_000)
 
     later: list[RunTerminated] = []
-    calls: list[Callable[[], None]] = [
+    calls: list[Callable[[], object]] = [
         *(lambda b=b: ctx.check(b) for b in Boundary),
         ctx.reserve_model_call,
         lambda: ctx.reserve_tool_call("t"),

@@ -143,7 +143,11 @@ def test_limits_and_snapshots_hash_by_value() -> None:
 def test_refusals_after_the_end_carry_the_first_termination() -> None:
     ctx = new_run()
     ctx.lifecycle.succeed()
-    for attempt in (ctx.reserve_model_call, lambda: ctx.reserve_tool_call("t")):
+    attempts: tuple[Callable[[], object], ...] = (
+        ctx.reserve_model_call,
+        lambda: ctx.reserve_tool_call("t"),
+    )
+    for attempt in attempts:
         with pytest.raises(RunTerminated) as refused:
             attempt()
         assert refused.value.termination is ctx.lifecycle.termination

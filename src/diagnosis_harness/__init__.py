@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ._backend import RunStore
 from ._boundary import Boundary
-from ._budget import Budget
+from ._budget import Budget, CallHold
 from ._cancellation import (
     CallbackErrorHandler,
     Cancellation,
@@ -73,6 +73,7 @@ __all__ = [
     "BudgetLimits",
     "BudgetState",
     "BudgetUsage",
+    "CallHold",
     "CallbackErrorHandler",
     "Cancellation",
     "CancellationCallback",

@@ -90,11 +90,29 @@ class RunBackend(CancellationOwner, Protocol):
         """Pass while live; else end the run ``TIMED_OUT`` if it is live and past the deadline,
         and raise the run's ``RunTerminated``."""
 
-    def reserve_model_call(self, now_ns: int) -> None: ...
+    def reserve_model_call(self, now_ns: int, hold: int = 0) -> None:
+        """One Model call and its money ``hold`` (picodollars, ``max_cost`` rounded up), all or
+        nothing: a hold that would take settled + held past the money limit is refused
+        (``COST``). Called without ``hold`` when the caller gave no ``max_cost``; a store that
+        holds no money refuses a ``hold`` with ValueError before anything is reserved."""
 
-    def reserve_tool_call(self, tool: str, now_ns: int) -> None:
-        """One call of ``tool``: the total and the Tool's own counter move together or not at
-        all."""
+    def reserve_tool_call(self, tool: str, now_ns: int, hold: int = 0) -> None:
+        """One call of ``tool`` and its money ``hold``: the total, the Tool's own counter and the
+        hold move together or not at all."""
+
+    def settle(
+        self,
+        boundary: Boundary,
+        hold: int,
+        cost: int,
+        *,
+        input_tokens: int,
+        output_tokens: int,
+        now_ns: int,
+    ) -> None:
+        """Release a granted ``hold`` and record the actual ``cost`` (picodollars, rounded up) and
+        tokens, as reported, in one decision, even past a limit or after the run ended; past a
+        limit the budget is EXHAUSTED (``boundary`` is the call's). Never raises for a limit."""
 
     def reserve_bytes(self, n: int, now_ns: int) -> None: ...
 

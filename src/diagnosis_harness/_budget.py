@@ -7,18 +7,32 @@ limit reserves nothing, so total Tool calls always equal the sum per Tool. Repor
 is different: the tokens were spent, so they are recorded as reported even past a limit, and that
 exhausts the budget for good. Reservations go through the run (``ctx.reserve_*``), which checks
 the run's deadline and outcome in the same decision.
+
+Money. A Model or Tool call's reservation returns a :class:`CallHold`: the call's worst case
+(``max_cost``), held against the money limit in the reservation's own decision, until
+:meth:`CallHold.settle` records the actual cost and releases the rest. The amounts are integer
+picodollars (:func:`diagnosis_harness.pricing.to_units`, rounded up) inside, ``Decimal`` US
+dollars outside; ``decimal`` is imported only when a hold or a settle is given an amount.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, final
 
+from ._boundary import Boundary
+from ._limits import checked_money, dollars
+from ._validate import non_negative_int
+
 if TYPE_CHECKING:
+    from decimal import Decimal
+
     from ._backend import RunBackend
+    from ._clock import Clock
     from ._generated.tables import BudgetState
     from ._limits import BudgetDimension, BudgetLimits, BudgetUsage
 
-__all__ = ["Budget"]
+__all__ = ["Budget", "CallHold"]
 
 
 @final
@@ -49,3 +63,123 @@ class Budget:
 
     def __repr__(self) -> str:
         return f"Budget(state={self.state.name}, exhausted={self.exhausted})"
+
+
+def money_units(name: str, value: object) -> int:
+    """``value`` (a ``Decimal`` of US dollars >= 0, checked) as picodollars rounded up."""
+    from .pricing import to_units  # noqa: PLC0415 - lazily: it loads decimal
+
+    return to_units(checked_money(name, value), rounding="up")
+
+
+@final
+class CallHold:
+    """The money one granted Model or Tool call holds: returned by ``ctx.reserve_model_call()``
+    and ``ctx.reserve_tool_call(tool)``, never built directly (a direct call raises TypeError).
+
+    It holds ``max_cost`` (zero when the reservation gave none) until :meth:`settle` records the
+    call's actual cost and releases the hold. A hold settles once; a hold never settled stays
+    charged at its worst case (a call cut off in flight may still be billed). Thread-safe.
+    """
+
+    __slots__ = ("_boundary", "_clock", "_hold", "_once", "_owner", "_tool")
+
+    _boundary: Boundary
+    _clock: Clock
+    _hold: int
+    _once: threading.Lock
+    _owner: RunBackend
+    _tool: str | None
+
+    def __init__(self, *args: object, **kwargs: object) -> None:  # noqa: ARG002
+        raise TypeError(
+            "a CallHold is returned by ctx.reserve_model_call(...) or "
+            "ctx.reserve_tool_call(...); it cannot be built"
+        )
+
+    @classmethod
+    def _granted(
+        cls, owner: RunBackend, clock: Clock, boundary: Boundary, tool: str | None, hold: int
+    ) -> CallHold:
+        """The hold of a call ``owner`` granted, ``hold`` picodollars (for the run only)."""
+        self = object.__new__(cls)
+        self._owner = owner
+        self._clock = clock
+        self._boundary = boundary
+        self._tool = tool
+        self._hold = hold
+        self._once = threading.Lock()  # taken by the one settle; never released after it
+        return self
+
+    @property
+    def boundary(self) -> Boundary:
+        """``Boundary.MODEL`` for a Model call's hold, ``Boundary.TOOL`` for a Tool call's."""
+        return self._boundary
+
+    @property
+    def tool(self) -> str | None:
+        """The Tool a Tool call's hold is for; ``None`` for a Model call's."""
+        return self._tool
+
+    @property
+    def max_cost(self) -> Decimal:
+        """The amount held, in US dollars: the reservation's ``max_cost`` (rounded up to a
+        picodollar), zero when it gave none."""
+        return dollars(self._hold)
+
+    @property
+    def settled(self) -> bool:
+        """Whether :meth:`settle` was called (or is being called) on this hold."""
+        return self._once.locked()
+
+    def settle(
+        self,
+        *,
+        cost: Decimal,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+    ) -> None:
+        """Record the call's actual ``cost`` (US dollars, a ``Decimal`` >= 0, rounded up to a
+        picodollar) and, for a Model call, its tokens, and release the rest of the hold, in one
+        decision of the run.
+
+        The actual is recorded as reported, even above ``max_cost`` or past a limit (the run
+        then ends ``BUDGET_EXHAUSTED`` on ``COST``, or on a token limit, and the next controlled
+        operation is refused; this call does not raise for it), and even after the run ended (the
+        call it paid for happened). Bad input (a float or negative cost, negative tokens, tokens
+        on a Tool call's hold) raises and changes nothing; a second settle raises RuntimeError
+        and changes nothing.
+        """
+        units = money_units("cost", cost)
+        if self._boundary is Boundary.TOOL:
+            if input_tokens is not None or output_tokens is not None:
+                raise ValueError(
+                    f"a Tool call's hold ({self._tool!r}) records no tokens: settle(cost=...) only"
+                )
+            tokens_in = tokens_out = 0
+        else:
+            tokens_in = (
+                0 if input_tokens is None else non_negative_int("input_tokens", input_tokens)
+            )
+            tokens_out = (
+                0 if output_tokens is None else non_negative_int("output_tokens", output_tokens)
+            )
+        if not self._once.acquire(blocking=False):
+            raise RuntimeError(f"{self!r} is settled already: a hold settles once")
+        try:
+            self._owner.settle(
+                self._boundary,
+                self._hold,
+                units,
+                input_tokens=tokens_in,
+                output_tokens=tokens_out,
+                now_ns=self._clock.monotonic_ns(),
+            )
+        except BaseException:
+            self._once.release()  # nothing was recorded (a store refused): it may settle again
+            raise
+
+    def __repr__(self) -> str:
+        call = "Model call" if self._tool is None else f"Tool call {self._tool!r}"
+        state = "settled" if self.settled else "held"
+        return f"CallHold({call}, max_cost={self.max_cost}, {state})"

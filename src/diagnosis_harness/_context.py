@@ -17,7 +17,7 @@ from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING, Any, final
 
 from ._boundary import Boundary
-from ._budget import Budget
+from ._budget import Budget, CallHold, money_units
 from ._cancellation import Cancellation, checked_error_handler
 from ._clock import Clock, Deadline, SystemClock
 from ._errors import InvalidRunIdentity, InvalidRunIdentityType
@@ -30,6 +30,7 @@ from ._validate import non_blank_str, non_negative_int, positive_int, seconds
 
 if TYPE_CHECKING:
     import threading
+    from decimal import Decimal
 
     from ._backend import RunBackend, RunStore
     from ._cancellation import CallbackErrorHandler
@@ -37,6 +38,10 @@ if TYPE_CHECKING:
 __all__ = ["RunContext"]
 
 _CREATE_KEY = object()  # only RunContext.create holds it: the parts must belong to one run
+_MAX_COST_REQUIRED = (
+    "{call} needs max_cost=Decimal(...): the run has a money limit (BudgetLimits.cost), so each "
+    "call must hold its worst case before it is made"
+)
 _NOT_BUILT: Any = None  # the default that lets a direct call reach the TypeError that says so
 
 
@@ -250,13 +255,39 @@ class RunContext:
             raise TypeError(f"boundary must be a Boundary, got {boundary!r}")
         self._owner.check(boundary, self.clock.monotonic_ns())
 
-    def reserve_model_call(self) -> None:
-        """Check the MODEL boundary and reserve one Model call, in one decision."""
-        self._owner.reserve_model_call(self.clock.monotonic_ns())
+    def reserve_model_call(self, *, max_cost: Decimal | None = None) -> CallHold:
+        """Check the MODEL boundary and reserve one Model call and its ``max_cost``, in one
+        decision; return the call's :class:`CallHold`, to settle with the actual cost.
 
-    def reserve_tool_call(self, tool: str) -> None:
-        """Check the TOOL boundary and reserve one call of ``tool`` (total and per Tool)."""
-        self._owner.reserve_tool_call(non_blank_str("tool", tool), self.clock.monotonic_ns())
+        ``max_cost`` (a ``Decimal`` of US dollars >= 0) is the call's worst case, held against
+        the money limit (``BudgetLimits.cost``): refused, with nothing reserved, when settled +
+        held + ``max_cost`` would pass it (``BudgetExhausted`` on ``COST``). With a money limit it
+        is required (ValueError, nothing reserved); without one it is optional, and tracked.
+        """
+        owner = self._owner
+        if max_cost is None:
+            if owner.limits.cost is not None:
+                raise ValueError(_MAX_COST_REQUIRED.format(call="reserve_model_call()"))
+            owner.reserve_model_call(self.clock.monotonic_ns())
+            return CallHold._granted(owner, self.clock, Boundary.MODEL, None, 0)  # noqa: SLF001
+        hold = money_units("max_cost", max_cost)
+        owner.reserve_model_call(self.clock.monotonic_ns(), hold)
+        return CallHold._granted(owner, self.clock, Boundary.MODEL, None, hold)  # noqa: SLF001
+
+    def reserve_tool_call(self, tool: str, *, max_cost: Decimal | None = None) -> CallHold:
+        """Check the TOOL boundary and reserve one call of ``tool`` (total and per Tool) and its
+        ``max_cost``, in one decision; return its :class:`CallHold` (see
+        :meth:`reserve_model_call` for ``max_cost``)."""
+        non_blank_str("tool", tool)
+        owner = self._owner
+        if max_cost is None:
+            if owner.limits.cost is not None:
+                raise ValueError(_MAX_COST_REQUIRED.format(call=f"reserve_tool_call({tool!r})"))
+            owner.reserve_tool_call(tool, self.clock.monotonic_ns())
+            return CallHold._granted(owner, self.clock, Boundary.TOOL, tool, 0)  # noqa: SLF001
+        hold = money_units("max_cost", max_cost)
+        owner.reserve_tool_call(tool, self.clock.monotonic_ns(), hold)
+        return CallHold._granted(owner, self.clock, Boundary.TOOL, tool, hold)  # noqa: SLF001
 
     def reserve_bytes(self, n: int) -> None:
         """Check the CAPACITY boundary and reserve ``n`` (> 0) bytes of the run's byte budget."""

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CANCELLED",
+    "COST_EXCEEDED",
+    "COST_REFUSED",
     "DEADLINE_EXCEEDED",
     "ENDINGS",
     "LIMIT",
@@ -206,6 +208,13 @@ RUN_BYTES_REFUSED: Final = ReasonText(
 )
 TOKENS_EXCEEDED: Final = ReasonText("tokens", "{limit} exceeded: {used} used")
 """Usage reported past a token limit (input, output or total)."""
+COST_REFUSED: Final = ReasonText(
+    "cost_refused",
+    "{limit} would be passed: a hold of {hold} refused ({settled} settled, {held} held)",
+)
+"""A reservation whose ``max_cost`` would take settled + held past the money limit (US dollars)."""
+COST_EXCEEDED: Final = ReasonText("cost", "{limit} exceeded: {settled} settled, {held} held")
+"""A settled actual cost that took settled + held past the money limit (US dollars)."""
 CANCELLED: Final = ReasonText("cancelled", "cancelled: {reason}")
 """``cancel(reason)``: the reason's name."""
 
@@ -219,7 +228,9 @@ REASON_TEXTS: Final = (
     TOKENS_EXCEEDED,
     CANCELLED,
 )
-"""Every reason text the harness writes; the Redis prelude renders each one."""
+"""Every reason text the harness writes on every store; the Redis prelude renders each one. The
+money texts (``COST_REFUSED``, ``COST_EXCEEDED``) are not among them yet: only a run in this
+process holds money."""
 
 
 LIMIT_BOUNDARY: Mapping[BudgetDimension, Boundary] = MappingProxyType(
@@ -231,10 +242,13 @@ LIMIT_BOUNDARY: Mapping[BudgetDimension, Boundary] = MappingProxyType(
         BudgetDimension.OUTPUT_TOKENS: Boundary.MODEL,
         BudgetDimension.TOTAL_TOKENS: Boundary.MODEL,
         BudgetDimension.RUN_BYTES: Boundary.CAPACITY,
+        BudgetDimension.COST: Boundary.MODEL,
     }
 )
 """The boundary at which each limit is reached: the reservation it refuses, or, for tokens, the
-Model call whose reported usage passed it. A termination records it; messages name it first."""
+Model call whose reported usage passed it. A termination records it; messages name it first.
+``COST`` is reached by a Model call's or a Tool call's hold or settle: the run records the boundary
+of that call (MODEL here is the default for a store that does not say)."""
 
 
 def seconds_text(ns: int) -> str:

@@ -1,4 +1,8 @@
-"""The budget's value types: the seven limits a run is given and a snapshot of what it used.
+"""The budget's value types: the limits a run is given and a snapshot of what it used.
+
+The seven counted limits are required ints; the money limit ``cost`` (US dollars, a ``Decimal``)
+is optional. ``decimal`` is imported only when a cost is checked or read, so ``import
+diagnosis_harness`` does not load it.
 
 Both are frozen, compare by value and hash (each holds one read-only mapping, hashed as the set of
 its items), so they can be dictionary keys, set members and cache keys.
@@ -10,11 +14,14 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import final
+from typing import TYPE_CHECKING, Final, final
 
 from ._validate import non_blank_str, positive_int
 
-__all__ = ["BudgetDimension", "BudgetLimits", "BudgetUsage"]
+if TYPE_CHECKING:
+    from decimal import Decimal
+
+__all__ = ["COUNTED_DIMENSIONS", "BudgetDimension", "BudgetLimits", "BudgetUsage"]
 
 
 class BudgetDimension(enum.Enum):
@@ -27,12 +34,46 @@ class BudgetDimension(enum.Enum):
     OUTPUT_TOKENS = "output_tokens"
     TOTAL_TOKENS = "total_tokens"
     RUN_BYTES = "run_bytes"
+    COST = "cost"
+    """The money limit (``BudgetLimits.cost``, US dollars): held by reservations, settled after."""
+
+
+COUNTED_DIMENSIONS: Final = tuple(d for d in BudgetDimension if d is not BudgetDimension.COST)
+"""The seven limits that are positive ints, always set (every dimension but ``COST``)."""
+
+
+def dollars(units: int) -> Decimal:
+    """``units`` picodollars as exact US dollars, written as a reader writes them (``0.4``,
+    ``0``, ``2``: no trailing zeros, no exponent)."""
+    from .pricing import _tidy, from_units  # noqa: PLC0415 - lazily: it loads decimal
+
+    return _tidy(from_units(units))
+
+
+def checked_money(name: str, value: object, *, positive: bool = False, hint: str = "") -> Decimal:
+    """A finite ``decimal.Decimal`` of US dollars, >= 0 (> 0 when ``positive``); anything else
+    (a float, an int, a bool, a str, NaN, Infinity, a negative amount) raises, naming ``name``."""
+    from decimal import Decimal  # noqa: PLC0415 - lazily: import diagnosis_harness needs none
+
+    bound = "> 0" if positive else ">= 0"
+    if type(value) is not Decimal:
+        exact = " (money is exact: not a float)" if isinstance(value, float) else ""
+        raise TypeError(
+            f"{name} must be a decimal.Decimal of US dollars {bound}, e.g. Decimal('2.00'){hint}"
+            f"{exact}; got {value!r}"
+        )
+    if not value.is_finite() or value < 0 or (positive and value == 0):
+        raise ValueError(f"{name} must be a finite Decimal of US dollars {bound}, got {value!r}")
+    return value
 
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BudgetLimits:
-    """Every limit is required and a positive ``int``: there is no "unlimited" by accident.
+    """Every counted limit is required and a positive ``int``: there is no "unlimited" by accident.
+
+    ``cost`` is the optional money limit in US dollars, a finite ``decimal.Decimal`` > 0 (a float
+    is refused: money is exact); ``None`` (the default) means no money budget.
 
     ``per_tool_calls`` is the limit of each Tool not named in ``per_tool_overrides``; the overrides
     are kept as a private read-only copy, so a later change to the caller's dict changes nothing.
@@ -46,10 +87,13 @@ class BudgetLimits:
     total_tokens: int
     run_bytes: int
     per_tool_overrides: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    cost: Decimal | None = None
 
     def __post_init__(self) -> None:
-        for dimension in BudgetDimension:
+        for dimension in COUNTED_DIMENSIONS:
             positive_int(dimension.value, getattr(self, dimension.value))
+        if self.cost is not None:
+            checked_money("cost", self.cost, positive=True, hint=", or None for no money budget")
         overrides: object = self.per_tool_overrides
         if not isinstance(overrides, Mapping):
             raise TypeError(
@@ -62,8 +106,8 @@ class BudgetLimits:
         object.__setattr__(self, "per_tool_overrides", MappingProxyType(frozen))
 
     def __hash__(self) -> int:
-        limits = tuple(getattr(self, dimension.value) for dimension in BudgetDimension)
-        return hash((limits, frozenset(self.per_tool_overrides.items())))
+        limits = tuple(getattr(self, dimension.value) for dimension in COUNTED_DIMENSIONS)
+        return hash((limits, frozenset(self.per_tool_overrides.items()), self.cost))
 
     def per_tool_limit(self, tool: str) -> int:
         """The most calls ``tool`` may be granted in one run."""
@@ -77,6 +121,9 @@ class BudgetUsage:
 
     ``tool_calls == sum(per_tool_calls.values())`` always; ``total_tokens`` is
     ``input_tokens + output_tokens``; ``exhausted`` is the first limit reached, or ``None``.
+    Money is kept in integer picodollars (:func:`diagnosis_harness.pricing.to_units`):
+    ``cost_units`` settled, ``cost_held_units`` held by reservations not settled yet; the
+    properties :attr:`cost` and :attr:`cost_held` give them in US dollars, as ``Decimal``.
     """
 
     model_calls: int
@@ -87,8 +134,21 @@ class BudgetUsage:
     total_tokens: int
     run_bytes: int
     exhausted: BudgetDimension | None
+    cost_units: int = 0
+    cost_held_units: int = 0
+
+    @property
+    def cost(self) -> Decimal:
+        """The money settled so far, in US dollars (actual costs, each rounded up)."""
+        return dollars(self.cost_units)
+
+    @property
+    def cost_held(self) -> Decimal:
+        """The money held by reservations not settled yet, in US dollars (their ``max_cost``)."""
+        return dollars(self.cost_held_units)
 
     def __hash__(self) -> int:
         counters = (self.model_calls, self.tool_calls, self.input_tokens, self.output_tokens)
         per_tool = frozenset(self.per_tool_calls.items())
-        return hash((counters, per_tool, self.total_tokens, self.run_bytes, self.exhausted))
+        money = (self.cost_units, self.cost_held_units)
+        return hash((counters, per_tool, self.total_tokens, self.run_bytes, self.exhausted, money))

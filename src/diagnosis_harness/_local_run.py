@@ -25,6 +25,8 @@ from ._cancellation import CancelSignal, Pending
 from ._checkpoint import checkpoint
 from ._endings import (
     CANCELLED,
+    COST_EXCEEDED,
+    COST_REFUSED,
     LIMIT,
     LIMIT_BOUNDARY,
     MODEL_CALLS_REFUSED,
@@ -40,7 +42,7 @@ from ._endings import (
     error_for,
 )
 from ._generated.tables import BUDGET, LIFECYCLE, BudgetEvent, BudgetState, LifecycleEvent, RunState
-from ._limits import BudgetDimension, BudgetLimits, BudgetUsage
+from ._limits import BudgetDimension, BudgetLimits, BudgetUsage, dollars
 
 if TYPE_CHECKING:
     from ._cancellation import CallbackErrorHandler, CancellationCallback, CancellationReason
@@ -50,6 +52,12 @@ __all__ = ["LocalRun"]
 
 _RESERVE = BudgetEvent.RESERVE
 _RECORD_USAGE = BudgetEvent.RECORD_USAGE
+_SETTLE = BudgetEvent.SETTLE
+
+
+def _dollars(units: int) -> str:
+    """``units`` picodollars as a reader writes dollars (``$0.4``): for a reason text only."""
+    return f"${dollars(units)}"
 
 
 @final
@@ -68,13 +76,21 @@ class LocalRun:
     * ``_budget_state`` / ``_exhausted``: ACTIVE and ``None``, then EXHAUSTED and the first limit
       reached. EXHAUSTED implies the run has ended (``BUDGET_EXHAUSTED``, or an ending before the
       usage report that went over).
-    * the counters: never past their limits, but for tokens, which are recorded as reported;
-      ``_tool_calls == sum(_per_tool.values())``.
+    * the counters: never past their limits, but for tokens and settled costs, which are recorded
+      as reported; ``_tool_calls == sum(_per_tool.values())``.
+    * money, in integer picodollars: ``_cost_settled`` (actual costs) and ``_cost_held`` (the
+      ``max_cost`` of holds not settled yet). A hold is granted only if ``_cost_settled +
+      _cost_held`` stays within ``_cost_limit`` (``None``: no money limit); a settle moves its
+      hold out of ``_cost_held`` and its actual cost into ``_cost_settled``, even past the limit
+      (which exhausts the budget). So while ACTIVE, settled + held never passes the limit.
     """
 
     __slots__ = (
         "_budget_state",
         "_clock",
+        "_cost_held",
+        "_cost_limit",
+        "_cost_settled",
         "_deadline_ns",
         "_exhausted",
         "_input_tokens",
@@ -116,6 +132,14 @@ class LocalRun:
         self._input_tokens = 0
         self._output_tokens = 0
         self._run_bytes = 0
+        if limits.cost is None:
+            self._cost_limit: int | None = None
+        else:
+            from .pricing import to_units  # noqa: PLC0415 - lazily: it loads decimal
+
+            self._cost_limit = to_units(limits.cost, rounding="up")
+        self._cost_settled = 0
+        self._cost_held = 0
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -161,6 +185,8 @@ class LocalRun:
                 total_tokens=self._input_tokens + self._output_tokens,
                 run_bytes=self._run_bytes,
                 exhausted=self._exhausted,
+                cost_units=self._cost_settled,
+                cost_held_units=self._cost_held,
             )
 
     # -- the gate and the reservations ----------------------------------------------------------
@@ -180,52 +206,68 @@ class LocalRun:
     # if the budget is still in the state it was taken from. Everything else -- a limit reached,
     # a run that is over -- is decided by the refusal path, under the same lock.
 
-    def reserve_model_call(self, now_ns: int) -> None:
+    def reserve_model_call(self, now_ns: int, hold: int = 0) -> None:
         limit = self._limits.model_calls
+        cost_limit = self._cost_limit
         grant = BUDGET.take(self._budget_state, _RESERVE, True)
         with self._lock:
             used = self._model_calls
+            held = self._cost_held
             if (
                 self._termination is None
                 and now_ns < self._deadline_ns
                 and used < limit
+                and (cost_limit is None or self._cost_settled + held + hold <= cost_limit)
                 and grant is not None
                 and self._budget_state is grant.source
             ):
                 if _checkpoint.scheduler is not None:  # between the checks and the writes
                     _checkpoint.scheduler("budget")
                 self._budget_state = grant.target
+                # The call and its hold move together, after every check: all or nothing.
                 self._model_calls = used + 1
+                self._cost_held = held + hold
                 return
-            detail = MODEL_CALLS_REFUSED.format(limit=limit, call=used + 1)
-            pending = self._refuse_locked(
-                Boundary.MODEL, BudgetDimension.MODEL_CALLS, detail, now_ns
-            )
+            if used >= limit or cost_limit is None:  # else the money limit refused the hold
+                dimension = BudgetDimension.MODEL_CALLS
+                detail = MODEL_CALLS_REFUSED.format(limit=limit, call=used + 1)
+            else:
+                dimension = BudgetDimension.COST
+                detail = self._cost_refused_locked(hold)
+            pending = self._refuse_locked(Boundary.MODEL, dimension, detail, now_ns)
         self._refuse(Boundary.MODEL, pending)
 
-    def reserve_tool_call(self, tool: str, now_ns: int) -> None:
+    def reserve_tool_call(self, tool: str, now_ns: int, hold: int = 0) -> None:
         limits = self._limits
         limit = self._overrides.get(tool, limits.per_tool_calls)
+        cost_limit = self._cost_limit
         grant = BUDGET.take(self._budget_state, _RESERVE, True)
         with self._lock:
             total = self._tool_calls
             used = self._per_tool[tool] if tool in self._per_tool else 0  # noqa: SIM401 - no call
+            held = self._cost_held
             if (
                 self._termination is None
                 and now_ns < self._deadline_ns
                 and total < limits.tool_calls
                 and used < limit
+                and (cost_limit is None or self._cost_settled + held + hold <= cost_limit)
                 and grant is not None
                 and self._budget_state is grant.source
             ):
                 if _checkpoint.scheduler is not None:  # between the checks and the writes
                     _checkpoint.scheduler("budget")
                 self._budget_state = grant.target
-                # Both counters move together, after both checks: total == sum per Tool.
+                # The counters and the hold move together, after every check: total == sum per
+                # Tool, and settled + held within the money limit.
                 self._tool_calls = total + 1
                 self._per_tool[tool] = used + 1
+                self._cost_held = held + hold
                 return
-            if total >= limits.tool_calls:
+            if used < limit and total < limits.tool_calls and cost_limit is not None:
+                dimension = BudgetDimension.COST
+                detail = self._cost_refused_locked(hold)
+            elif total >= limits.tool_calls:
                 dimension = BudgetDimension.TOOL_CALLS
                 detail = TOOL_CALLS_REFUSED.format(
                     limit=limits.tool_calls, call=total + 1, tool=repr(tool)
@@ -235,6 +277,45 @@ class LocalRun:
                 detail = PER_TOOL_CALLS_REFUSED.format(limit=limit, tool=repr(tool), call=used + 1)
             pending = self._refuse_locked(Boundary.TOOL, dimension, detail, now_ns)
         self._refuse(Boundary.TOOL, pending)
+
+    def settle(
+        self,
+        boundary: Boundary,
+        hold: int,
+        cost: int,
+        *,
+        input_tokens: int,
+        output_tokens: int,
+        now_ns: int,
+    ) -> None:
+        limits = self._limits
+        cost_limit = self._cost_limit
+        with self._lock:
+            # The call happened: record its cost and tokens as reported, whatever the limits or
+            # the run say, and release its hold.
+            used_in = self._input_tokens = self._input_tokens + input_tokens
+            used_out = self._output_tokens = self._output_tokens + output_tokens
+            held = self._cost_held = self._cost_held - hold
+            settled = self._cost_settled = self._cost_settled + cost
+            if used_in > limits.input_tokens:
+                dimension = BudgetDimension.INPUT_TOKENS
+                detail = TOKENS_EXCEEDED.format(limit=limits.input_tokens, used=used_in)
+            elif used_out > limits.output_tokens:
+                dimension = BudgetDimension.OUTPUT_TOKENS
+                detail = TOKENS_EXCEEDED.format(limit=limits.output_tokens, used=used_out)
+            elif used_in + used_out > limits.total_tokens:
+                dimension = BudgetDimension.TOTAL_TOKENS
+                detail = TOKENS_EXCEEDED.format(limit=limits.total_tokens, used=used_in + used_out)
+            elif cost_limit is not None and settled + held > cost_limit:
+                dimension = BudgetDimension.COST
+                detail = COST_EXCEEDED.format(
+                    limit=_dollars(cost_limit), settled=_dollars(settled), held=_dollars(held)
+                )
+            else:
+                self._step_budget_locked(_SETTLE)
+                return
+            pending = self._exhaust_locked(_SETTLE, dimension, detail, now_ns, boundary)
+        self._deliver(pending)
 
     def reserve_bytes(self, n: int, now_ns: int) -> None:
         limit = self._limits.run_bytes
@@ -318,6 +399,16 @@ class LocalRun:
         self._budget_state = row.target
         return True
 
+    def _cost_refused_locked(self, hold: int) -> str:
+        """The detail of a hold the money limit refused (the limit is set: else it is granted)."""
+        assert self._cost_limit is not None
+        return COST_REFUSED.format(
+            limit=_dollars(self._cost_limit),
+            hold=_dollars(hold),
+            settled=_dollars(self._cost_settled),
+            held=_dollars(self._cost_held),
+        )
+
     def _refuse_locked(
         self, boundary: Boundary, dimension: BudgetDimension, detail: str, now_ns: int
     ) -> Pending | None:
@@ -325,17 +416,26 @@ class LocalRun:
         ``dimension`` refused it (``detail`` says how), which exhausts the budget."""
         if self._termination is not None or now_ns >= self._deadline_ns:
             return self._time_out_locked(boundary, now_ns)
-        return self._exhaust_locked(_RESERVE, dimension, detail, now_ns)
+        return self._exhaust_locked(_RESERVE, dimension, detail, now_ns, boundary)
 
     def _exhaust_locked(
-        self, event: BudgetEvent, dimension: BudgetDimension, detail: str, now_ns: int
+        self,
+        event: BudgetEvent,
+        dimension: BudgetDimension,
+        detail: str,
+        now_ns: int,
+        boundary: Boundary | None = None,
     ) -> Pending | None:
-        """The refused reservation or the usage past a limit: EXHAUSTED, and the run ends."""
+        """The refused reservation or the usage past a limit: EXHAUSTED, and the run ends.
+
+        ``boundary`` is the call's (a money limit is reached at a Model or a Tool call); by
+        default the limit's own (``LIMIT_BOUNDARY``)."""
         if not self._step_budget_locked(event, within_limits=False):
             return None  # exhausted already; the run ended then
         self._exhausted = dimension
         reason = LIMIT.format(dimension=dimension.value, detail=detail)
-        boundary = LIMIT_BOUNDARY[dimension]
+        if boundary is None or dimension is not BudgetDimension.COST:
+            boundary = LIMIT_BOUNDARY[dimension]
         return self._end_locked(LifecycleEvent.EXHAUST_BUDGET, reason, now_ns, boundary)
 
     def _time_out_locked(self, boundary: Boundary, now_ns: int) -> Pending | None:

@@ -350,7 +350,7 @@ def test_coverage_naming_unknown_tables_or_rows_is_reported(parsed: ParsedSpec) 
 def test_rows_serving_a_requirement_the_spec_lacks_are_reported() -> None:
     other = load_spec(HERE / "fixtures" / "specs" / "valid" / "spec.md")
     report = build_report(other, [], tables=[BUDGET])
-    assert len(report.coverage_problems) == 4
+    assert len(report.coverage_problems) == 6
     assert report.coverage_problems[0] == (
         f"row budget #1 serves requirement '{BUDGETS}', which the spec does not have"
     )

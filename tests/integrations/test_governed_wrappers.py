@@ -19,7 +19,6 @@ import openai
 import pytest
 
 from diagnosis_harness import (
-    BudgetDimension,
     BudgetLimits,
     FailureKind,
     HarnessRetryExecutor,
@@ -27,6 +26,7 @@ from diagnosis_harness import (
     RunContext,
     RunState,
 )
+from diagnosis_harness._limits import COUNTED_DIMENSIONS
 from diagnosis_harness.integrations import (
     AsyncGovernedAnthropic,
     AsyncGovernedOpenAI,
@@ -83,7 +83,7 @@ CONNECTION_ERRORS = {
 
 
 def _run() -> RunContext:
-    every_limit: dict[str, Any] = {dimension.value: 10 for dimension in BudgetDimension}
+    every_limit: dict[str, Any] = {dimension.value: 10 for dimension in COUNTED_DIMENSIONS}
     limits = BudgetLimits(**every_limit)
     return RunContext.create(
         session_id="s-1", run_id="r-1", limits=limits, timeout=30, clock=ManualClock()

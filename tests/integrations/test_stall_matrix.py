@@ -470,7 +470,7 @@ def _stream_workers_left(cell: Cell) -> list[str]:
     return [worker.name for worker in workers if worker.is_alive()]
 
 
-def _refusal(reserve: Callable[[], None]) -> RunTerminated | None:
+def _refusal(reserve: Callable[[], object]) -> RunTerminated | None:
     try:
         reserve()
     except RunTerminated as refused:

@@ -117,7 +117,7 @@ def test_a_small_run_prints_a_readable_summary_and_writes_the_coverage(tmp_path:
     assert "planted defects  1/1 caught" in text
     assert "the race found in 6/6 unlocked variants: ok" in text
     assert "spin             5 racers: 1/1 properties proved, 1/1 seeded bugs refuted" in text
-    assert "transition coverage: lifecycle 5/5, budget 4/4, retry 7/7" in text
+    assert "transition coverage: lifecycle 5/5, budget 6/6, retry 7/7" in text
     assert "model-check passed" in text
     assert "None" not in text  # no raw key: value dump
     assert not re.search(r"^\s*\w+: \S+$", text, re.MULTILINE)
@@ -132,7 +132,7 @@ def test_a_small_run_prints_a_readable_summary_and_writes_the_coverage(tmp_path:
         "model-check: spin ...",
     ]
     data = json.loads(path.read_text(encoding="utf-8"))
-    assert data["covered"] == data["total"] == 16
+    assert data["covered"] == data["total"] == 18
     kinds = [check["kind"] for check in data["checks"]]
     assert kinds == ["exhaustive", *["stateful"] * 3, "planted", "scheduled", "spin"]
 

@@ -25,6 +25,7 @@ from diagnosis_harness import (
     UnknownRun,
     UnsafeKeySegment,
 )
+from diagnosis_harness._limits import COUNTED_DIMENSIONS
 from diagnosis_harness.redis import RedisRunStore
 
 if TYPE_CHECKING:
@@ -204,7 +205,10 @@ def test_bad_input_is_refused_and_changes_nothing(
 
 
 LIMIT_CHANGES = [
-    *(pytest.param({d.value: getattr(LIMITS, d.value) + 1}, id=d.value) for d in BudgetDimension),
+    *(
+        pytest.param({d.value: getattr(LIMITS, d.value) + 1}, id=d.value)
+        for d in COUNTED_DIMENSIONS
+    ),
     pytest.param({"per_tool_overrides": {"fetch": 2}}, id="override-changed"),
     pytest.param({"per_tool_overrides": {}}, id="override-dropped"),
     pytest.param({"per_tool_overrides": {"fetch": 1, "grep": 1}}, id="override-added"),

@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 
-BudgetEventName = Literal["reserve", "record_usage"]
+BudgetEventName = Literal["reserve", "settle", "record_usage"]
 """The event names of the budget machine."""
 
 
@@ -52,6 +52,10 @@ class BudgetModel(StateMachine):
     reserve = (
         active.to(active, cond="within_limits")  # row 1
         | active.to(exhausted, unless="within_limits")  # row 2
+    )
+    settle = (
+        active.to(active, cond="within_limits")  # row 5
+        | active.to(exhausted, unless="within_limits")  # row 6
     )
     record_usage = (
         active.to(active, cond="within_limits")  # row 3

@@ -65,7 +65,13 @@ class BudgetEvent(enum.Enum):
     """Events of the budget machine."""
 
     RESERVE = "reserve"
-    """Reserve one Model call, one Tool call (total and per Tool) or some bytes, all or nothing."""
+    """Reserve one Model call, one Tool call (total and per Tool) or some bytes, all or nothing; a
+    call's money hold (max_cost) is part of its reservation.
+    """
+    SETTLE = "settle"
+    """Settle a call's money hold: record its actual cost (and a Model call's tokens), as reported,
+    and release the rest of the hold.
+    """
     RECORD_USAGE = "record_usage"
     """Record the token usage a completed Model response reported, as reported."""
 
@@ -81,6 +87,8 @@ def _budget_rows() -> tuple[Row[BudgetState, BudgetEvent], ...]:
         _row(2, S.ACTIVE, E.RESERVE, S.EXHAUSTED, "within_limits", False, _REQ_1),
         _row(3, S.ACTIVE, E.RECORD_USAGE, S.ACTIVE, "within_limits", True, _REQ_1),
         _row(4, S.ACTIVE, E.RECORD_USAGE, S.EXHAUSTED, "within_limits", False, _REQ_1),
+        _row(5, S.ACTIVE, E.SETTLE, S.ACTIVE, "within_limits", True, _REQ_1),
+        _row(6, S.ACTIVE, E.SETTLE, S.EXHAUSTED, "within_limits", False, _REQ_1),
     )
 
 

@@ -131,6 +131,7 @@ RUN_EVENTS: Final[tuple[RunEvent, ...]] = (
     ("reserve_bytes(1)", lambda probe: probe.reserve_bytes(1)),
     ("record_usage(1, 0)", lambda probe: probe.record_usage(1, 0)),
     ("record_usage(0, 3)", lambda probe: probe.record_usage(0, 3)),
+    ("settle(0, 3)", lambda probe: probe.settle(0, 3, 4)),
 )
 """The run explorer's events: every way a run's state can change, each guard both ways."""
 

@@ -37,16 +37,18 @@ from typing import TYPE_CHECKING, Any, final
 
 from .. import (
     Boundary,
+    CallHold,
     CancellationReason,
     HarnessRetryExecutor,
     ManualClock,
     RunTerminated,
 )
 from .._generated.tables import LifecycleEvent
+from ..pricing import from_units
 from ._disagreement import disagree
 from ._models import ModelTiming
 from ._probe_invariants import Invariants, RecordingCallback
-from ._probe_prediction import Prediction, compare_error
+from ._probe_prediction import PROBE_HOLD, Prediction, compare_error
 from ._probe_retry import RetryExecution
 from ._probe_scenarios import ProbeStep, step_scenarios
 
@@ -71,6 +73,7 @@ class RunProbe:
     docstring)."""
 
     __slots__ = (
+        "_holds",
         "_in_execution",
         "_loop",
         "capacity",
@@ -117,6 +120,7 @@ class RunProbe:
         # Every step taken, appended before it is applied: after a raise, the last is the culprit.
         self.trail: list[ProbeStep] = []
         self._in_execution = False
+        self._holds: list[CallHold] = []  # the Model calls' holds not settled yet, oldest first
         for _ in range(config.callbacks):
             callback = RecordingCallback(self.ctx)
             self.invariants.add_callback(callback)
@@ -251,9 +255,10 @@ class RunProbe:
 
     def reserve_model(self) -> RunTerminated | None:
         """``ctx.reserve_model_call()``; returns what it raised."""
-        self._note("reserve_model", "reserve_model_call()")
+        max_cost = PROBE_HOLD if self.config.holds_money else None
+        self._note("reserve_model", f"reserve_model_call(max_cost={max_cost})")
         expected = self.prediction.reserve_model()
-        got = self._call(self.ctx.reserve_model_call)
+        got = self._call(lambda: self._holds.append(self.ctx.reserve_model_call(max_cost=max_cost)))
         return self._reserved("reserve_model_call()", expected, got, Boundary.MODEL)
 
     def reserve_tool(self, tool: str) -> RunTerminated | None:
@@ -293,6 +298,25 @@ class RunProbe:
         )
         if got is not None:
             raise disagree(f"record_token_usage raised {got!r}; it records and never raises")
+        self._checked()
+
+    def settle(self, input_tokens: int, output_tokens: int, cost_units: int) -> None:
+        """``hold.settle(...)`` of the oldest Model call's hold not settled yet (nothing when
+        every hold is settled): recorded even past a limit, even after the run ended."""
+        if not self._holds:
+            return
+        if not self.config.holds_money:
+            cost_units = 0  # a store that holds no money settles tokens only
+        what = f"hold.settle(cost={cost_units} units, {input_tokens}, {output_tokens})"
+        self._note("record_usage", what)  # to the spec, a settle reports a call's usage
+        self.prediction.settle(input_tokens, output_tokens, cost_units)
+        hold = self._holds.pop(0)
+        cost = from_units(cost_units)
+        got = self._call(
+            lambda: hold.settle(cost=cost, input_tokens=input_tokens, output_tokens=output_tokens)
+        )
+        if got is not None:
+            raise disagree(f"{what} raised {got!r}; it records and never raises")
         self._checked()
 
     def reserve_capacity(self, n: int) -> None:

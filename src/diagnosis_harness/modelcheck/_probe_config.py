@@ -38,6 +38,12 @@ class ProbeConfig:
     callbacks: int = 0  # callbacks registered when the run is created
     store: RunStore | None = None  # where the run lives; None: in this process (LocalRun)
 
+    @property
+    def holds_money(self) -> bool:
+        """Whether the run's owner holds money (a run in this process); a ``RedisRunStore``
+        refuses ``max_cost`` and settled costs until a later release."""
+        return self.store is None
+
     def new_run(self, clock: ManualClock) -> RunContext:
         """The run this configuration describes, on ``clock``."""
         return RunContext.create(

@@ -213,6 +213,8 @@ class Invariants:
             ref.input_tokens + ref.output_tokens,
             ref.run_bytes,
             ref.dimension,
+            ref.cost_settled,
+            sum(ref.holds),
         )
         actual_usage = (
             usage.model_calls,
@@ -222,6 +224,8 @@ class Invariants:
             usage.total_tokens,
             usage.run_bytes,
             usage.exhausted,
+            usage.cost_units,
+            usage.cost_held_units,
         )
         if actual_usage != expected_usage:
             raise disagree(

@@ -36,6 +36,7 @@ from .._generated.tables import (
     BudgetState,
     LifecycleEvent,
 )
+from ..pricing import from_units, to_units
 from ._disagreement import disagree
 from ._probe_reference import Reference, tool_limit
 
@@ -53,6 +54,8 @@ __all__ = [
     "ERROR_FOR",
     "EXPLICIT_REASONS",
     "KIND_OF_ERROR",
+    "PROBE_HOLD",
+    "PROBE_HOLD_UNITS",
     "Prediction",
     "compare_error",
 ]
@@ -93,6 +96,10 @@ KIND_OF_ERROR: Final[Mapping[type[RunTerminated], FailureKind]] = MappingProxyTy
     }
 )
 """How the executor classifies a ``RunTerminated`` an attempt raised: never a retryable kind."""
+
+PROBE_HOLD: Final = from_units(5)
+"""The ``max_cost`` a probe's Model call holds: five picodollars."""
+PROBE_HOLD_UNITS: Final = 5
 
 _TOKEN_LIMITS: Final = (
     BudgetDimension.INPUT_TOKENS,
@@ -205,6 +212,7 @@ class Prediction:
             return self._refuse_budget(BudgetEvent.RESERVE, BudgetDimension.MODEL_CALLS)
         self._grant()
         self.ref.model_calls += 1
+        self.ref.holds.append(PROBE_HOLD_UNITS if self.config.holds_money else 0)
         return None
 
     def reserve_tool(self, tool: str) -> type[RunTerminated] | None:
@@ -246,6 +254,26 @@ class Prediction:
                 return
         self.take(self._budget, BUDGET, BudgetEvent.RECORD_USAGE, True)
 
+    def settle(self, input_tokens: int, output_tokens: int, cost_units: int) -> None:
+        """Predict the settle of the oldest hold: its cost and tokens recorded even past a limit
+        (which exhausts the budget), its hold released."""
+        ref, limits = self.ref, self.config.limits
+        ref.cost_settled += cost_units
+        ref.holds.pop(0)
+        ref.input_tokens += input_tokens
+        ref.output_tokens += output_tokens
+        used = (ref.input_tokens, ref.output_tokens, ref.input_tokens + ref.output_tokens)
+        allowed = (limits.input_tokens, limits.output_tokens, limits.total_tokens)
+        for dimension, count, limit in zip(_TOKEN_LIMITS, used, allowed, strict=True):
+            if count > limit:  # the first limit passed: input, then output, then total
+                self._refuse_budget(BudgetEvent.SETTLE, dimension)
+                return
+        cost_limit = limits.cost
+        if cost_limit is not None and ref.cost_settled + sum(ref.holds) > to_units(cost_limit):
+            self._refuse_budget(BudgetEvent.SETTLE, BudgetDimension.COST)
+            return
+        self.take(self._budget, BUDGET, BudgetEvent.SETTLE, True)
+
     def reserve_capacity(self, n: int) -> bool:
         """Predict ``RunCapacityCounter.try_reserve(n)``: whether it is granted."""
         limit = self.config.capacity_bytes
@@ -278,6 +306,7 @@ class Prediction:
             self.life_state,
             self.budget_state,
             counters,
+            len(ref.holds),
             tokens,
             past,
             ref.first_reason,

@@ -32,6 +32,10 @@ class Reference:
     input_tokens: int = 0
     output_tokens: int = 0
     run_bytes: int = 0
+    # money, in picodollars: the holds of Model calls not settled yet (oldest first), and the
+    # actual costs settled
+    holds: list[int] = field(default_factory=list)
+    cost_settled: int = 0
     capacity_used: int = 0
     dimension: BudgetDimension | None = None
     # (state, reason or None when any non-blank reason will do, at_ns) of the first outcome

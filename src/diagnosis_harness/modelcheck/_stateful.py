@@ -238,6 +238,10 @@ class _ProbeMachine(RuleBasedStateMachine):
         self.stats.step(f"record_token_usage({input_tokens}, {output_tokens})")
         self.probe.record_usage(input_tokens, output_tokens)
 
+    def _settle(self, input_tokens: int, output_tokens: int, cost_units: int) -> None:
+        self.stats.step(f"hold.settle({cost_units} units, {input_tokens}, {output_tokens})")
+        self.probe.settle(input_tokens, output_tokens, cost_units)
+
     def _succeed(self) -> None:
         self.stats.step("lifecycle.succeed()")
         self.probe.succeed()
@@ -324,6 +328,14 @@ class RunMachine(_ProbeMachine):
     def record_usage(self, input_tokens: int, output_tokens: int) -> None:
         self._record_usage(input_tokens, output_tokens)
 
+    @rule(
+        input_tokens=st.integers(0, 60),
+        output_tokens=st.integers(0, 60),
+        cost_units=st.integers(0, 9),
+    )
+    def settle(self, input_tokens: int, output_tokens: int, cost_units: int) -> None:
+        self._settle(input_tokens, output_tokens, cost_units)
+
     @rule()
     def succeed(self) -> None:
         self._succeed()
@@ -402,6 +414,14 @@ class BudgetMachine(_ProbeMachine):
     @rule(input_tokens=st.integers(0, 50), output_tokens=st.integers(0, 50))
     def record_usage(self, input_tokens: int, output_tokens: int) -> None:
         self._record_usage(input_tokens, output_tokens)
+
+    @rule(
+        input_tokens=st.integers(0, 50),
+        output_tokens=st.integers(0, 50),
+        cost_units=st.integers(0, 9),
+    )
+    def settle(self, input_tokens: int, output_tokens: int, cost_units: int) -> None:
+        self._settle(input_tokens, output_tokens, cost_units)
 
     @rule(n=st.integers(1, 30))
     def reserve_capacity(self, n: int) -> None:

@@ -66,6 +66,13 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisRun"]
 
+MONEY_NOT_YET = (
+    "money budgets are not supported on a RedisRunStore yet (they come in a later release): "
+    "a run shared across processes takes BudgetLimits(cost=None) and reservations without "
+    "max_cost; a money budget runs on a run in this process (RunContext.create without store)"
+)
+"""Why a RedisRunStore refuses a money limit, a hold of ``max_cost`` and a settled cost."""
+
 _LUA_EXACT: Final = 2**53  # the store adds counts in Lua, exact below this
 
 
@@ -198,10 +205,14 @@ class RedisRun:
     def check(self, boundary: Boundary, now_ns: int) -> None:
         self._decide(boundary, self._run("check", now_ns, boundary.name))
 
-    def reserve_model_call(self, now_ns: int) -> None:
+    def reserve_model_call(self, now_ns: int, hold: int | None = None) -> None:
+        if hold is not None:
+            raise ValueError(f"reserve_model_call(max_cost=...): {MONEY_NOT_YET}")
         self._decide(Boundary.MODEL, self._run("reserve_model_call", now_ns, grant=True))
 
-    def reserve_tool_call(self, tool: str, now_ns: int) -> None:
+    def reserve_tool_call(self, tool: str, now_ns: int, hold: int | None = None) -> None:
+        if hold is not None:
+            raise ValueError(f"reserve_tool_call({tool!r}, max_cost=...): {MONEY_NOT_YET}")
         answer = self._run("reserve_tool_call", now_ns, tool, repr(tool), grant=True)
         self._decide(Boundary.TOOL, answer)
 
@@ -217,6 +228,21 @@ class RedisRun:
             run_time = now_ns + self._offset
             self._unsent.append((self._ids.new(), input_tokens, output_tokens, run_time))
         self._flush(bound)  # raises RunStoreUnavailable while the store does not answer
+
+    def settle(
+        self,
+        boundary: Boundary,  # noqa: ARG002 - the protocol's; a Redis hold holds no money
+        hold: int,  # noqa: ARG002 - always 0 here: a reservation with max_cost is refused
+        cost: int,
+        *,
+        input_tokens: int,
+        output_tokens: int,
+        now_ns: int,
+    ) -> None:
+        """A hold of a Redis run holds no money: its settle records the tokens, and no cost."""
+        if cost:
+            raise ValueError(f"settle(cost=...) above 0: {MONEY_NOT_YET}")
+        self.record_token_usage(input_tokens, output_tokens, now_ns)
 
     # -- endings --------------------------------------------------------------------------------
 

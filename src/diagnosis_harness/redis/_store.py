@@ -27,11 +27,11 @@ import redis
 
 from .._errors import RunStoreConflict
 from .._keys import safe_segment
-from .._limits import BudgetDimension, BudgetLimits
+from .._limits import COUNTED_DIMENSIONS, BudgetLimits
 from ._capacity import RedisCapacityCounter
 from ._link import StoreLink, load
 from ._protocol import Created
-from ._redis_run import RedisRun
+from ._redis_run import MONEY_NOT_YET, RedisRun
 
 if TYPE_CHECKING:
     from .._cancellation import CallbackErrorHandler
@@ -64,9 +64,15 @@ class RunKeys:
 
 def _limits_values(limits: BudgetLimits) -> dict[str, object]:
     """Every field of the limits by name, the overrides as a plain dict sorted by tool."""
-    values: dict[str, object] = {d.value: getattr(limits, d.value) for d in BudgetDimension}
+    values: dict[str, object] = {d.value: getattr(limits, d.value) for d in COUNTED_DIMENSIONS}
     values["per_tool_overrides"] = dict(sorted(limits.per_tool_overrides.items()))
     return values
+
+
+def refuse_money(limits: BudgetLimits | None, what: str) -> None:
+    """Refuse, before anything is written, a run whose limits have a money limit."""
+    if limits is not None and limits.cost is not None:
+        raise ValueError(f"{what}: {MONEY_NOT_YET}")
 
 
 def _limits_json(limits: BudgetLimits) -> str:
@@ -155,8 +161,9 @@ class RedisRunStore:
         on_callback_error: CallbackErrorHandler,
     ) -> RedisRun:
         """Publish a new run; :class:`RunStoreConflict` if the ID exists (see ``RunStore``)."""
+        refuse_money(limits, f"create of run {run_id!r}")
         keys = RunKeys.of(self.namespace, run_id)
-        for name, value in (*((d.value, getattr(limits, d.value)) for d in BudgetDimension),):
+        for name, value in (*((d.value, getattr(limits, d.value)) for d in COUNTED_DIMENSIONS),):
             if value >= _LUA_EXACT:
                 raise ValueError(f"{name} must be below 2**53 in a RedisRunStore, got {value}")
         for tool, value in limits.per_tool_overrides.items():
@@ -175,7 +182,7 @@ class RedisRunStore:
             "model_calls", 0, "tool_calls", 0, "input_tokens", 0, "output_tokens", 0,
             "run_bytes", 0,
         ]  # fmt: skip
-        for dimension in BudgetDimension:
+        for dimension in COUNTED_DIMENSIONS:
             fields += [f"l_{dimension.value}", getattr(limits, dimension.value)]
         fields.append("--limits--")
         for tool, value in limits.per_tool_overrides.items():
@@ -215,6 +222,7 @@ class RedisRunStore:
 
         A refusal registers nothing with the listener and writes nothing; an owner of a run that
         has ended already is never watched (it has nothing more to learn)."""
+        refuse_money(limits, f"attach to run {run_id!r}")
         keys = RunKeys.of(self.namespace, run_id)
         link = self._link
         bound = link.bound()  # the run's deadline is not known before this read
