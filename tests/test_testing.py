@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import doctest
 import threading
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 import diagnosis_harness
 import diagnosis_harness.testing as testing_module
 from diagnosis_harness import (
+    BudgetDimension,
     BudgetExhausted,
     CancellationReason,
     FailureKind,
@@ -174,3 +176,93 @@ def test_fake_tool_needs_a_name(name: object, error: type[Exception]) -> None:
     untyped: Any = FakeTool
     with pytest.raises(error, match="name"):
         untyped(name, result=None)
+
+
+# -- the fakes on a money budget ------------------------------------------------------------
+
+
+def test_fake_model_holds_max_cost_and_settles_each_response_cost() -> None:
+    ctx = new_run(budget=limits(cost=Decimal("1.00")))
+    model = FakeModel(
+        [FakeResponse("a", 10, 5, cost=Decimal("0.25")), FakeResponse("b", 1, 1)],
+        max_cost=Decimal("0.50"),
+    )
+    model.complete(ctx, "p1")
+    model.complete(ctx, "p2")  # no cost: settled at zero
+    usage = ctx.budget.snapshot()
+    assert (usage.cost, usage.cost_held) == (Decimal("0.25"), Decimal(0))
+    assert (usage.model_calls, usage.input_tokens, usage.output_tokens) == (2, 11, 6)
+
+
+def test_fake_model_refused_hold_sends_nothing() -> None:
+    ctx = new_run(budget=limits(cost=Decimal("1.00")))
+    model = FakeModel([FakeResponse("a", cost=Decimal("0.90"))] * 3, max_cost=Decimal("0.60"))
+    model.complete(ctx, "p1")  # 0.90 settled: 0.10 left, less than the next worst case
+    with pytest.raises(BudgetExhausted) as refused:
+        model.complete(ctx, "p2")
+    assert refused.value.dimension is BudgetDimension.COST
+    assert model.prompts == ["p1"]
+
+
+def test_fake_model_scripted_exception_stays_held_at_its_worst_case() -> None:
+    ctx = new_run(budget=limits(cost=Decimal("1.00")))
+    failure = HarnessFailure(FailureKind.TRANSPORT, "connection reset")
+    model = FakeModel([failure], max_cost=Decimal("0.30"))
+    with pytest.raises(HarnessFailure):
+        model.complete(ctx, "p1")
+    assert ctx.budget.snapshot().cost_held == Decimal("0.30")
+
+
+def test_fake_model_without_max_cost_on_a_money_budget_is_refused() -> None:
+    ctx = new_run(budget=limits(cost=Decimal("1.00")))
+    model = FakeModel([FakeResponse("a")])
+    with pytest.raises(ValueError, match="max_cost"):
+        model.complete(ctx, "p1")
+    assert model.prompts == []
+    assert ctx.budget.snapshot().model_calls == 0
+
+
+def test_fake_tool_price_is_held_and_settled_also_when_it_raises() -> None:
+    ctx = new_run(budget=limits(cost=Decimal("1.00")))
+    paid = FakeTool("search", result="r", price=Decimal("0.10"))
+    failing = FakeTool("fetch", result="r", price=Decimal("0.20"), error=RuntimeError("boom"))
+    paid(ctx, "call-1")
+    with pytest.raises(RuntimeError, match="boom"):
+        failing(ctx, "call-2")
+    usage = ctx.budget.snapshot()
+    assert (usage.cost, usage.cost_held) == (Decimal("0.30"), Decimal(0))
+
+
+def test_sixteen_parallel_paid_fake_tool_calls_under_a_dollar_run_exactly_ten() -> None:
+    ctx = new_run(budget=limits(cost=Decimal("1.00")))
+    start = threading.Barrier(16, timeout=10)
+    tool = FakeTool("search", result="r", price=Decimal("0.10"))
+    refused: list[BudgetDimension | None] = []
+
+    def call(i: int) -> None:
+        start.wait()
+        try:
+            tool(ctx, f"call-{i}")
+        except BudgetExhausted as error:
+            refused.append(error.dimension)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert tool.calls == 10
+    assert refused == [BudgetDimension.COST] * 6
+    usage = ctx.budget.snapshot()
+    assert (usage.cost, usage.cost_held, usage.tool_calls) == (Decimal("1.00"), Decimal(0), 10)
+
+
+@pytest.mark.parametrize("bad", [0.1, -1, "0.1", Decimal("-0.01"), Decimal("NaN")])
+def test_fakes_refuse_a_bad_price(bad: object) -> None:
+    untyped: Any = bad
+    with pytest.raises((TypeError, ValueError), match="price"):
+        FakeTool("search", result="r", price=untyped)
+    with pytest.raises((TypeError, ValueError), match="max_cost"):
+        FakeModel([], max_cost=untyped)
+    with pytest.raises((TypeError, ValueError), match="cost"):
+        FakeResponse("a", cost=untyped)

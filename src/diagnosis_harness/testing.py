@@ -15,6 +15,11 @@ and record what was actually invoked, so a test can assert that a refused call n
 'root cause: disk full'
 >>> ctx.budget.snapshot().total_tokens
 60
+
+On a run with a money limit (``BudgetLimits(cost=...)``) each call must know its worst case: give
+``FakeModel(..., max_cost=...)`` and each ``FakeResponse(..., cost=...)``, and
+``FakeTool(..., price=...)``. The fakes hold the worst case before the call and settle the actual
+after it, as a governed adapter does.
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Generic, TypeVar, final
 
 from ._clock import ManualClock
+from ._limits import checked_money
 from ._validate import non_blank_str, non_negative_int
 
 if TYPE_CHECKING:
@@ -36,43 +43,57 @@ __all__ = ["FakeModel", "FakeResponse", "FakeTool", "ManualClock", "ToolInvocati
 
 T = TypeVar("T")
 
+_ZERO = Decimal(0)
+
 
 @final
 @dataclass(frozen=True, slots=True)
 class FakeResponse:
-    """A scripted Model response and the token usage it reports."""
+    """A scripted Model response, the token usage it reports and, for a money budget, what it
+    cost (``cost``, a ``Decimal`` of US dollars >= 0; ``None``: nothing to settle)."""
 
     text: str
     input_tokens: int = 0
     output_tokens: int = 0
+    cost: Decimal | None = None
 
     def __post_init__(self) -> None:
         non_negative_int("input_tokens", self.input_tokens)
         non_negative_int("output_tokens", self.output_tokens)
+        if self.cost is not None:
+            checked_money("cost", self.cost)
 
 
 @final
 class FakeModel:
     """Answers from a script: each item is a :class:`FakeResponse` or an exception to raise.
 
-    ``complete(ctx, prompt)`` reserves a Model call (raising the run's ``RunTerminated`` if it is
-    over or the call is over budget), takes the next item, and for a response records its token
-    usage on the run -- the actual usage, even past a limit -- before returning it.
+    ``complete(ctx, prompt)`` reserves a Model call and its ``max_cost`` (raising the run's
+    ``RunTerminated`` if it is over or the call is over budget), takes the next item, and for a
+    response settles the call with its token usage and its ``cost`` (zero when it has none) --
+    the actual, even past a limit -- before returning it. A scripted exception settles nothing:
+    its hold stays at ``max_cost``, as a real call cut off in flight may still be billed.
+
+    ``max_cost`` (a ``Decimal`` of US dollars >= 0, or ``None``) is each call's worst case; a run
+    with a money limit refuses a Model call without one (``ValueError``).
     """
 
-    __slots__ = ("_lock", "_script", "prompts")
+    __slots__ = ("_lock", "_max_cost", "_script", "prompts")
 
-    def __init__(self, script: Iterable[FakeResponse | BaseException]) -> None:
+    def __init__(
+        self, script: Iterable[FakeResponse | BaseException], *, max_cost: Decimal | None = None
+    ) -> None:
         items = list(script)
         for item in items:
             if not isinstance(item, (FakeResponse, BaseException)):
                 raise TypeError(f"script items must be FakeResponse or exceptions, got {item!r}")
+        self._max_cost = None if max_cost is None else checked_money("max_cost", max_cost)
         self._script = deque(items)
         self._lock = threading.Lock()  # protects _script and prompts
         self.prompts: list[str] = []  # every prompt actually sent, in order
 
     def complete(self, ctx: RunContext, prompt: str) -> FakeResponse:
-        ctx.reserve_model_call()
+        hold = ctx.reserve_model_call(max_cost=self._max_cost)
         with self._lock:
             if not self._script:
                 raise AssertionError("FakeModel script is exhausted: add more responses")
@@ -80,7 +101,11 @@ class FakeModel:
             self.prompts.append(prompt)
         if isinstance(item, BaseException):
             raise item
-        ctx.record_token_usage(input_tokens=item.input_tokens, output_tokens=item.output_tokens)
+        hold.settle(
+            cost=_ZERO if item.cost is None else item.cost,
+            input_tokens=item.input_tokens,
+            output_tokens=item.output_tokens,
+        )
         return item
 
     @property
@@ -104,10 +129,13 @@ class FakeTool(Generic[T]):
     """A Tool that records its invocations, returns ``result`` or raises ``error``.
 
     With ``barrier``, every invocation waits on it after reserving and recording, so a test can
-    hold several invocations in flight at once.
+    hold several invocations in flight at once. With ``price`` (a ``Decimal`` of US dollars >= 0
+    a call), each invocation holds its price at the reservation and settles it once invoked,
+    also when it raises ``error`` (the call ran); a run with a money limit refuses a Tool call
+    without a price (``ValueError``).
     """
 
-    __slots__ = ("_barrier", "_error", "_lock", "_result", "invocations", "name")
+    __slots__ = ("_barrier", "_error", "_lock", "_price", "_result", "invocations", "name")
 
     def __init__(
         self,
@@ -116,8 +144,10 @@ class FakeTool(Generic[T]):
         *,
         error: BaseException | None = None,
         barrier: threading.Barrier | None = None,
+        price: Decimal | None = None,
     ) -> None:
         self.name = non_blank_str("name", name)
+        self._price = None if price is None else checked_money("price", price)
         self._result = result
         self._error = error
         self._barrier = barrier
@@ -125,15 +155,18 @@ class FakeTool(Generic[T]):
         self.invocations: list[ToolInvocation] = []
 
     def __call__(self, ctx: RunContext, tool_call_id: str, **arguments: object) -> T:
-        ctx.reserve_tool_call(self.name)
+        hold = ctx.reserve_tool_call(self.name, max_cost=self._price)
         invocation = ToolInvocation(tool_call_id, dict(arguments), ctx, threading.get_ident())
         with self._lock:
             self.invocations.append(invocation)
-        if self._barrier is not None:
-            self._barrier.wait()
-        if self._error is not None:
-            raise self._error
-        return self._result
+        try:
+            if self._barrier is not None:
+                self._barrier.wait()
+            if self._error is not None:
+                raise self._error
+            return self._result
+        finally:  # invoked: the call ran, and is paid for
+            hold.settle(cost=_ZERO if self._price is None else self._price)
 
     @property
     def calls(self) -> int:
