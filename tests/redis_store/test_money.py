@@ -41,6 +41,12 @@ from diagnosis_harness.redis import RedisRunStore
 from diagnosis_harness.redis._bounded import GRACE_SECONDS
 from diagnosis_harness.redis._scripts import prelude
 
+from . import workers
+from .test_races import _SPAWN as SPAWN
+from .test_races import _WAIT as RACE_WAIT
+from .test_races import PROCESSES, TOOLS
+from .test_races import _create as race_create
+from .test_races import _limits as race_limits
 from .test_store import LIMITS, _create
 
 if TYPE_CHECKING:
@@ -409,3 +415,84 @@ def test_a_hold_s_settle_is_a_call_hold(store: RedisRunStore) -> None:
     assert isinstance(hold, CallHold)
     assert hold.max_cost == D("0.1")
     assert repr(hold) == "CallHold(Model call, max_cost=0.1, held)"
+
+
+# -- eight processes race holds and settles on one run ------------------------------------------
+
+
+@pytest.mark.version_independent  # the scripts decide; CI runs it once, in `e2e`
+@pytest.mark.end_to_end  # nine spawned interpreters, where coverage.py does not follow
+@pytest.mark.parametrize("overshoot", [False, True], ids=["actual-within-hold", "some-above"])
+def test_eight_processes_race_holds_and_settles_and_never_pass_the_limit(
+    redis_server: RedisServer, namespace: str, overshoot: bool
+) -> None:
+    """Eight processes hold (a random max_cost up to $0.02) and settle (an actual up to the
+    hold, or, in `some-above`, one time in twenty above it) until the money limit ($5) refuses a
+    hold; a ninth reads snapshots all the while, and each racer reads one after each grant.
+
+    In every snapshot read while the budget was ACTIVE, settled + held is within the limit;
+    in every snapshot, within it plus what the settles above their holds added (nothing in
+    `actual-within-hold`). After the race the settled spend is the sum of the actual costs the
+    processes report, nothing is held, and every grant was counted once."""
+    limit = D(5)
+    limit_units = to_units(limit)
+    # The counts out of the way (up to 5 tokens a Model call): the money limit ends the race.
+    counts = race_limits(model_calls=10**6, input_tokens=10**9, total_tokens=2 * 10**9)
+    limits = dataclasses.replace(counts, cost=limit)
+    run_id = race_create(redis_server, namespace, limits)
+    where = {"port": redis_server.port, "namespace": namespace, "run_id": run_id}
+    start = SPAWN.Barrier(PROCESSES + 1)
+    stop = SPAWN.Event()
+    out = SPAWN.Queue()
+    targets: list[tuple[Callable[..., None], dict[str, Any]]] = [
+        (
+            workers.race_money,
+            {
+                **where,
+                "worker": worker,
+                "max_units": to_units(D("0.02")),
+                "overshoot": overshoot,
+                "tools": TOOLS,
+                "start": start,
+                "out": out,
+            },
+        )
+        for worker in range(PROCESSES)
+    ]
+    targets.append(
+        (
+            workers.watch_money,
+            {**where, "limit_units": limit_units, "start": start, "stop": stop, "out": out},
+        )
+    )
+    processes = [SPAWN.Process(target=target, kwargs=kwargs) for target, kwargs in targets]
+    for process in processes:
+        process.start()
+    results = [out.get(timeout=RACE_WAIT) for _ in range(PROCESSES)]
+    stop.set()  # every racer has settled its last hold: the watcher may stop
+    [watcher] = [out.get(timeout=RACE_WAIT)]
+    for process in processes:
+        process.join(RACE_WAIT)
+        assert process.exitcode == 0
+    assert all(result[0] != "watcher" for result in results)
+    excess = sum(result[4] for result in results)
+    assert (excess > 0) is overshoot  # the scenario happened as named
+    _, _, watched = watcher
+    assert len(watched) > 1
+    seen = [*watched, *(snapshot for result in results for snapshot in result[5])]
+    for total, active in seen:
+        assert total <= limit_units + excess
+        if active or not overshoot:
+            assert total <= limit_units
+    client = redis_server.client()
+    store = RedisRunStore(client, namespace=namespace)
+    ctx = RunContext.attach(session_id=workers.SESSION, run_id=run_id, store=store)
+    usage = ctx.budget.snapshot()
+    assert usage.cost_units == sum(result[2] for result in results)  # nothing lost, nothing twice
+    assert usage.cost_held_units == 0  # every hold settled
+    assert usage.model_calls + usage.tool_calls == sum(result[1] for result in results)
+    assert usage.input_tokens == sum(result[3] for result in results)
+    assert usage.exhausted is BudgetDimension.COST
+    assert ctx.lifecycle.state is RunState.BUDGET_EXHAUSTED
+    store.close()
+    client.close()
