@@ -245,8 +245,15 @@ def test_a_money_limit_is_stored_and_read_back_by_an_attaching_process(
     assert attached.budget.limits.cost == D("1.00")
     same = dataclasses.replace(MONEY, cost=D("1"))  # equal to 1.00: money compares by value
     RunContext.attach(session_id="session-1", run_id="run-1", store=store, limits=same)
-    for other in (dataclasses.replace(MONEY, cost=D("2.00")), LIMITS):
-        with pytest.raises(RunStoreConflict, match="cost="):
+    for other, differ in (
+        (dataclasses.replace(MONEY, cost=D("2.00")), "stored with cost=1.00; given cost=2.00$"),
+        (LIMITS, "stored with cost=1.00; given cost=None$"),
+        (
+            dataclasses.replace(same, model_calls=9),
+            "stored with model_calls=3; given model_calls=9$",
+        ),
+    ):
+        with pytest.raises(RunStoreConflict, match=differ):
             RunContext.attach(session_id="session-1", run_id="run-1", store=store, limits=other)
 
 

@@ -109,6 +109,8 @@ def _limits_differ(stored: BudgetLimits, given: BudgetLimits) -> str:
     """What differs, as ``stored with a=1, b=2; given a=3, b=4``: only the fields that differ."""
     was, now = _limits_values(stored), _limits_values(given)
     names = [name for name in was if was[name] != now[name]]
+    if stored.cost == given.cost and "cost" in names:
+        names.remove("cost")  # the same money written two ways (1 and 1.00): not a difference
 
     def listed(values: dict[str, object]) -> str:
         return ", ".join(f"{name}={values[name]}" for name in names)
