@@ -226,11 +226,11 @@ REASON_TEXTS: Final = (
     PER_TOOL_CALLS_REFUSED,
     RUN_BYTES_REFUSED,
     TOKENS_EXCEEDED,
+    COST_REFUSED,
+    COST_EXCEEDED,
     CANCELLED,
 )
-"""Every reason text the harness writes on every store; the Redis prelude renders each one. The
-money texts (``COST_REFUSED``, ``COST_EXCEEDED``) are not among them yet: only a run in this
-process holds money."""
+"""Every reason text the harness writes on every store; the Redis prelude renders each one."""
 
 
 LIMIT_BOUNDARY: Mapping[BudgetDimension, Boundary] = MappingProxyType(

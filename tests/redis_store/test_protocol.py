@@ -152,6 +152,16 @@ def _every_answer(calls: _Calls) -> None:
         RunState.SUCCESS,
         "done",
     )
+    settled = calls("settle", calls.run("run-5"), "TOOL", 0, 5, 0, 0)
+    assert isinstance(settled, Status)
+    assert (settled.code, settled.state, settled.budget) == (
+        "ok",
+        RunState.RUNNING,
+        BudgetState.ACTIVE,
+    )
+    over = calls("settle", calls.run("run-6"), "MODEL", 0, 0, 11, 0)  # past input_tokens=10
+    assert isinstance(over, Status)
+    assert (over.code, over.exhausted) == ("ended_now", BudgetDimension.INPUT_TOKENS)
     cancelled = calls("cancel", calls.run("run-4"), "shutdown", "cancel", "cancelled: SHUTDOWN")
     assert cancelled[:2] == ("ended_now", RunState.CANCELLED)
     assert isinstance(cancelled, Status)
@@ -195,9 +205,9 @@ def test_a_snapshot_carries_the_status_first() -> None:
         ("capacity", [b"ok", b"8", b"1", b"2"], "'capacity' answered 'ok' with 4 fields"),
         (
             "snapshot",
-            [b"ok", *[b"0"] * 13],
-            "'snapshot' answered 'ok' with 14 fields; its "
-            "Snapshot has 13: .*, then \\(name, count\\) pairs",
+            [b"ok", *[b"0"] * 15],
+            "'snapshot' answered 'ok' with 16 fields; its "
+            "Snapshot has 15: .*, then \\(name, count\\) pairs",
         ),
         (
             "check",
@@ -249,6 +259,9 @@ _VALUES: dict[str, str | int] = {
     "n": 7,
     "used": 2**53 - 1,
     "reason": "CLIENT_DISCONNECTED",
+    "hold": "$0.4",  # the money texts are given dollars already worded
+    "settled": "$9007.199254740991",
+    "held": "$1E-12",
 }
 
 

@@ -8,6 +8,8 @@ ID, and multiprocessing's own barriers, events and queues. Each returns what it 
 from __future__ import annotations
 
 import contextlib
+import functools
+import random
 import threading
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -16,18 +18,20 @@ import redis
 from diagnosis_harness import (
     Boundary,
     BudgetExhausted,
+    CallHold,
     CancellationReason,
     ManualClock,
     RunContext,
     RunStoreUnavailable,
     RunTerminated,
 )
+from diagnosis_harness.pricing import from_units
 from diagnosis_harness.redis import RedisRunStore
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from multiprocessing.queues import Queue
-    from multiprocessing.synchronize import Barrier
+    from multiprocessing.synchronize import Barrier, Event
 
 SESSION = "race-session"
 _WAIT = 60.0  # seconds a worker waits for the others before the test fails (never a sleep)
@@ -205,3 +209,95 @@ def cancel_when_ready(
     ran_before_return = list(mine)
     store.close()
     out.put(("canceller", won, ran_before_return))
+
+
+def _settle(hold: CallHold, units: int, rng: random.Random, overshoot: bool) -> tuple[int, int]:
+    """Settle ``hold`` (``units`` picodollars held) with a random actual cost, at most the hold
+    or, when ``overshoot``, sometimes above it, and a Model call's tokens: (actual, tokens)."""
+    actual = rng.randint(0, units)
+    if overshoot and rng.random() < 0.05:
+        actual = units + rng.randint(1, units)  # the call cost more than its worst case
+    tokens = 0 if hold.boundary is Boundary.TOOL else rng.randint(0, 5)
+    answered(
+        lambda: hold.settle(
+            cost=from_units(actual),
+            **({} if hold.boundary is Boundary.TOOL else {"input_tokens": tokens}),
+        )
+    )
+    return actual, tokens
+
+
+def race_money(
+    *,
+    port: int,
+    namespace: str,
+    run_id: str,
+    worker: int,
+    max_units: int,
+    overshoot: bool,
+    tools: list[str],
+    start: Barrier,
+    out: Queue[Any],
+) -> None:
+    """Hold and settle until the money limit refuses a hold: up to two holds open at a time,
+    Model and Tool calls mixed, each of a random max_cost up to ``max_units`` picodollars. The
+    holds still open when the run ends settle after it (the calls happened). Reports the
+    grants, the actual costs settled, the tokens, how far above their holds they went, and
+    what a snapshot read right after each grant saw (as :func:`watch_money`)."""
+    ctx, store = attach(port, namespace, run_id)
+    rng = random.Random(worker)
+    open_holds: list[tuple[CallHold, int]] = []
+    granted = 0
+    seen: list[tuple[int, bool]] = []  # as watch_money's
+    totals = [0, 0, 0]  # actual costs settled, tokens, actual above the hold (picodollars)
+
+    def settle(done: CallHold, held: int) -> None:
+        actual, used = _settle(done, held, rng, overshoot)
+        for i, value in enumerate((actual, used, max(0, actual - held))):
+            totals[i] += value
+
+    start.wait(_WAIT)
+    while True:
+        units = rng.randint(1, max_units)
+        if rng.random() < 0.5:
+            reserve = functools.partial(ctx.reserve_model_call, max_cost=from_units(units))
+        else:
+            tool = tools[rng.randrange(len(tools))]
+            reserve = functools.partial(ctx.reserve_tool_call, tool, max_cost=from_units(units))
+        try:
+            hold = answered(reserve)
+        except RunTerminated:
+            break
+        granted += 1
+        open_holds.append((hold, units))
+        usage = answered(ctx.budget.snapshot)  # read right after the grant, with its hold in it
+        seen.append((usage.cost_units + usage.cost_held_units, usage.exhausted is None))
+        if len(open_holds) == 2 or rng.random() < 0.5:
+            settle(*open_holds.pop(rng.randrange(len(open_holds))))
+    for done, held in open_holds:  # after the end: still recorded
+        settle(done, held)
+    store.close()
+    settled, tokens, excess = totals
+    out.put((worker, granted, settled, tokens, excess, seen))
+
+
+def watch_money(
+    *,
+    port: int,
+    namespace: str,
+    run_id: str,
+    limit_units: int,
+    start: Barrier,
+    stop: Event,
+    out: Queue[Any],
+) -> None:
+    """Read snapshots while the others race, until ``stop``: each one's settled + held, and
+    whether the budget was still ACTIVE (no limit reached) when it was read."""
+    ctx, store = attach(port, namespace, run_id)
+    seen: list[tuple[int, bool]] = []
+    start.wait(_WAIT)
+    while not stop.is_set():
+        usage = answered(ctx.budget.snapshot)
+        seen.append((usage.cost_units + usage.cost_held_units, usage.exhausted is None))
+    store.close()
+    out.put(("watcher", limit_units, seen))

@@ -40,9 +40,9 @@ class ProbeConfig:
 
     @property
     def holds_money(self) -> bool:
-        """Whether the run's owner holds money (a run in this process); a ``RedisRunStore``
-        refuses ``max_cost`` and settled costs until a later release."""
-        return self.store is None
+        """Whether the run's owner holds money: every store does (a ``RedisRunStore`` in its
+        functions), so the probe's Model calls hold ``max_cost`` and settle costs everywhere."""
+        return True
 
     def new_run(self, clock: ManualClock) -> RunContext:
         """The run this configuration describes, on ``clock``."""

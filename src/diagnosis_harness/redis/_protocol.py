@@ -93,7 +93,8 @@ class Status(NamedTuple):
 
 class Snapshot(NamedTuple):
     """``snapshot``: the status (the fields of :class:`Status`, first and in its order), every
-    counter, and each Tool's count (the pairs after the counters on the wire)."""
+    counter, and each Tool's count (the pairs after the counters on the wire). ``cost`` and
+    ``cost_held`` are integer picodollars: the settled costs and the holds not settled yet."""
 
     code: str
     state: RunState
@@ -108,6 +109,8 @@ class Snapshot(NamedTuple):
     input_tokens: int
     output_tokens: int
     run_bytes: int
+    cost: int
+    cost_held: int
     per_tool: Mapping[str, int]
 
     @property
@@ -143,6 +146,7 @@ ANSWERS: Final[Mapping[str, Mapping[str, type[Answer]]]] = MappingProxyType(
         "reserve_tool_call": _GATE,
         "reserve_bytes": _GATE,
         "record_token_usage": {"ok": Status, "ended_now": Status, "unknown": Unknown},
+        "settle": {"ok": Status, "ended_now": Status, "unknown": Unknown},
         "finish": _ENDED,
         "cancel": _ENDED,
         "snapshot": {"ok": Snapshot, "unknown": Unknown},

@@ -27,6 +27,11 @@ least the grace (:mod:`._bounded`); a lock it needs is waited for within the sam
 answer granting work that arrives at or after the deadline is not used: the boundary times the
 run out instead. Past the deadline a boundary never grants.
 
+Money. A reservation's hold and a settle's cost are integer picodollars, below 2**53 (Lua's
+doubles are exact below it; the store refuses a money limit at or above it). The hold moves with
+the call counters in the reservation's function, all or nothing; a settle records the cost and
+tokens and releases the hold in the ``settle`` function, even past a limit or after the run ended.
+
 Fail closed. A Redis error or a store that does not answer in time is
 :class:`~diagnosis_harness.RunStoreUnavailable`: nothing was granted. Every write carries an
 operation id the script remembers (:mod:`._ops`), so a write sent again -- by the store after a
@@ -66,14 +71,9 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisRun"]
 
-MONEY_NOT_YET = (
-    "money budgets are not supported on a RedisRunStore yet (they come in a later release): "
-    "a run shared across processes takes BudgetLimits(cost=None) and reservations without "
-    "max_cost; a money budget runs on a run in this process (RunContext.create without store)"
-)
-"""Why a RedisRunStore refuses a money limit, a hold of ``max_cost`` and a settled cost."""
-
-_LUA_EXACT: Final = 2**53  # the store adds counts in Lua, exact below this
+LUA_EXACT: Final = 2**53
+"""Lua numbers are doubles, exact for integers below this: every limit, count and amount of
+money (picodollars) the functions compare or add stays below it."""
 
 
 @final
@@ -184,6 +184,8 @@ class RedisRun:
             total_tokens=answer.input_tokens + answer.output_tokens,
             run_bytes=answer.run_bytes,
             exhausted=answer.exhausted,
+            cost_units=answer.cost,
+            cost_held_units=answer.cost_held,
         )
 
     def refresh(self) -> None:
@@ -205,24 +207,30 @@ class RedisRun:
     def check(self, boundary: Boundary, now_ns: int) -> None:
         self._decide(boundary, self._run("check", now_ns, boundary.name))
 
-    def reserve_model_call(self, now_ns: int, hold: int | None = None) -> None:
-        if hold is not None:
-            raise ValueError(f"reserve_model_call(max_cost=...): {MONEY_NOT_YET}")
-        self._decide(Boundary.MODEL, self._run("reserve_model_call", now_ns, grant=True))
+    def reserve_model_call(self, now_ns: int, hold: int = 0) -> None:
+        self._check_hold(hold)
+        answer = self._run("reserve_model_call", now_ns, hold, grant=True)
+        self._decide(Boundary.MODEL, answer)
 
-    def reserve_tool_call(self, tool: str, now_ns: int, hold: int | None = None) -> None:
-        if hold is not None:
-            raise ValueError(f"reserve_tool_call({tool!r}, max_cost=...): {MONEY_NOT_YET}")
-        answer = self._run("reserve_tool_call", now_ns, tool, repr(tool), grant=True)
+    def reserve_tool_call(self, tool: str, now_ns: int, hold: int = 0) -> None:
+        self._check_hold(hold)
+        answer = self._run("reserve_tool_call", now_ns, tool, repr(tool), hold, grant=True)
         self._decide(Boundary.TOOL, answer)
+
+    def _check_hold(self, hold: int) -> None:
+        """Refuse a hold the functions could not keep exactly: only without a money limit, as
+        a hold above the limit (below 2**53, the store's check) is the limit's refusal."""
+        if hold >= LUA_EXACT and self._limits.cost is None:
+            raise ValueError(
+                f"max_cost must be below 2**53 picodollars ($9,007.199254740992) in a "
+                f"RedisRunStore, got {hold} picodollars"
+            )
 
     def reserve_bytes(self, n: int, now_ns: int) -> None:
         self._decide(Boundary.CAPACITY, self._run("reserve_bytes", now_ns, n, grant=True))
 
     def record_token_usage(self, input_tokens: int, output_tokens: int, now_ns: int) -> None:
-        for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
-            if value >= _LUA_EXACT:  # a report the store could not add exactly is refused whole
-                raise ValueError(f"{name} must be below 2**53 in a RedisRunStore, got {value}")
+        _check_tokens(input_tokens, output_tokens)
         bound = self._bound()
         with self._locked(self._unsent_lock, bound, "record_token_usage"):
             run_time = now_ns + self._offset
@@ -231,18 +239,41 @@ class RedisRun:
 
     def settle(
         self,
-        boundary: Boundary,  # noqa: ARG002 - the protocol's; a Redis hold holds no money
-        hold: int,  # noqa: ARG002 - always 0 here: a reservation with max_cost is refused
+        boundary: Boundary,
+        hold: int,
         cost: int,
         *,
         input_tokens: int,
         output_tokens: int,
         now_ns: int,
     ) -> None:
-        """A hold of a Redis run holds no money: its settle records the tokens, and no cost."""
-        if cost:
-            raise ValueError(f"settle(cost=...) above 0: {MONEY_NOT_YET}")
-        self.record_token_usage(input_tokens, output_tokens, now_ns)
+        """Release ``hold`` and record ``cost`` and the tokens in the store's ``settle``
+        function, one step; past a limit it ends the run there, and this call takes the ending
+        in (runs this process's callbacks) without raising for it.
+
+        Bounded like every operation (at least the grace after the deadline). A settle the store
+        did not answer raises :class:`RunStoreUnavailable` -- the caller's ``CallHold`` stays
+        unsettled -- and leaves its operation id to the next settle of the same arguments (the
+        caller settling that hold again): applied already, it is not applied twice. Two holds
+        settled with the same arguments are interchangeable in the counters they move.
+        """
+        if cost >= LUA_EXACT:  # a settle the store could not add exactly is refused whole
+            raise ValueError(
+                f"cost must be below 2**53 picodollars ($9,007.199254740992) in a "
+                f"RedisRunStore, got {cost} picodollars"
+            )
+        _check_tokens(input_tokens, output_tokens)
+        answer = self._run(
+            "settle",
+            now_ns,
+            boundary.name,
+            hold,
+            cost,
+            input_tokens,
+            output_tokens,
+            grant=True,  # its id goes to the same settle asked again
+        )
+        self._ended(answer)
 
     # -- endings --------------------------------------------------------------------------------
 
@@ -298,7 +329,8 @@ class RedisRun:
     ) -> Answer:
         """Send what is unsent, then run ``operation``'s script: its answer.
 
-        A grant that got no answer leaves its id to the next grant like it (:mod:`._ops`).
+        A grant (or a settle) that got no answer leaves its id to the next one like it
+        (:mod:`._ops`).
         """
         bound = self._bound()
         if self._unsent:
@@ -433,3 +465,10 @@ class RedisRun:
 
     def __repr__(self) -> str:
         return f"RedisRun(run_id={self._keys.run_id!r}, store={self._link.name})"
+
+
+def _check_tokens(input_tokens: int, output_tokens: int) -> None:
+    """Refuse, whole and before anything is sent, tokens the store could not add exactly."""
+    for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
+        if value >= LUA_EXACT:
+            raise ValueError(f"{name} must be below 2**53 in a RedisRunStore, got {value}")

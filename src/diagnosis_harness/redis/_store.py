@@ -21,6 +21,7 @@ import json
 import math
 import uuid
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Final, final
 
 import redis
@@ -31,7 +32,7 @@ from .._limits import COUNTED_DIMENSIONS, BudgetLimits
 from ._capacity import RedisCapacityCounter
 from ._link import StoreLink, load
 from ._protocol import Created
-from ._redis_run import MONEY_NOT_YET, RedisRun
+from ._redis_run import LUA_EXACT, RedisRun
 
 if TYPE_CHECKING:
     from .._cancellation import CallbackErrorHandler
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 __all__ = ["RedisRunStore", "RunKeys"]
 
 _PARTS: Final = ("run", "tools", "ops", "capacity")
-_LUA_EXACT: Final = 2**53  # Lua compares numbers as doubles: every limit must be below this
 
 
 @final
@@ -63,16 +63,35 @@ class RunKeys:
 
 
 def _limits_values(limits: BudgetLimits) -> dict[str, object]:
-    """Every field of the limits by name, the overrides as a plain dict sorted by tool."""
+    """Every field of the limits by name, the overrides as a plain dict sorted by tool, the
+    money limit as the text of its ``Decimal`` (JSON has no exact decimal) or ``None``."""
     values: dict[str, object] = {d.value: getattr(limits, d.value) for d in COUNTED_DIMENSIONS}
     values["per_tool_overrides"] = dict(sorted(limits.per_tool_overrides.items()))
+    values["cost"] = None if limits.cost is None else str(limits.cost)
     return values
 
 
-def refuse_money(limits: BudgetLimits | None, what: str) -> None:
-    """Refuse, before anything is written, a run whose limits have a money limit."""
-    if limits is not None and limits.cost is not None:
-        raise ValueError(f"{what}: {MONEY_NOT_YET}")
+def cost_units(limits: BudgetLimits) -> int | None:
+    """The money limit in picodollars (rounded up, as the run in one process holds it), or
+    ``None``; ValueError, naming ``cost``, for a limit the store cannot compare exactly.
+
+    The functions compare settled + held + a hold with the limit in Lua, whose numbers are
+    doubles: exact for integers below 2**53. A limit below that keeps every comparison exact
+    (see ``within_cost`` in ``lua/common.lua``), so the largest limit is 2**53 - 1 picodollars,
+    $9,007.199254740991.
+    """
+    if limits.cost is None:
+        return None
+    from ..pricing import to_units  # noqa: PLC0415 - the one place the store converts a limit
+
+    units = to_units(limits.cost, rounding="up")
+    if units >= LUA_EXACT:
+        raise ValueError(
+            "cost must be below 2**53 picodollars ($9,007.199254740992) in a RedisRunStore, "
+            f"whose functions compare money as Lua numbers (exact below 2**53); got "
+            f"Decimal('{limits.cost}'): the largest money limit is Decimal('9007.199254740991')"
+        )
+    return units
 
 
 def _limits_json(limits: BudgetLimits) -> str:
@@ -82,13 +101,16 @@ def _limits_json(limits: BudgetLimits) -> str:
 
 def _limits_of(text: str) -> BudgetLimits:
     values = json.loads(text)
-    return BudgetLimits(**values)
+    cost = values.pop("cost", None)  # absent from a run an earlier release stored
+    return BudgetLimits(**values, cost=None if cost is None else Decimal(cost))
 
 
 def _limits_differ(stored: BudgetLimits, given: BudgetLimits) -> str:
     """What differs, as ``stored with a=1, b=2; given a=3, b=4``: only the fields that differ."""
     was, now = _limits_values(stored), _limits_values(given)
     names = [name for name in was if was[name] != now[name]]
+    if stored.cost == given.cost and "cost" in names:
+        names.remove("cost")  # the same money written two ways (1 and 1.00): not a difference
 
     def listed(values: dict[str, object]) -> str:
         return ", ".join(f"{name}={values[name]}" for name in names)
@@ -161,13 +183,13 @@ class RedisRunStore:
         on_callback_error: CallbackErrorHandler,
     ) -> RedisRun:
         """Publish a new run; :class:`RunStoreConflict` if the ID exists (see ``RunStore``)."""
-        refuse_money(limits, f"create of run {run_id!r}")
         keys = RunKeys.of(self.namespace, run_id)
         for name, value in (*((d.value, getattr(limits, d.value)) for d in COUNTED_DIMENSIONS),):
-            if value >= _LUA_EXACT:
+            if value >= LUA_EXACT:
                 raise ValueError(f"{name} must be below 2**53 in a RedisRunStore, got {value}")
+        money_limit = cost_units(limits)
         for tool, value in limits.per_tool_overrides.items():
-            if value >= _LUA_EXACT:
+            if value >= LUA_EXACT:
                 raise ValueError(f"per_tool_overrides[{tool!r}] must be below 2**53, got {value}")
         link = self._link
         bound = link.bound(deadline_ns - clock.monotonic_ns())
@@ -180,10 +202,12 @@ class RedisRunStore:
             "deadline", deadline_ns + offset,
             "ttl_ms", self._expire_after_ms,
             "model_calls", 0, "tool_calls", 0, "input_tokens", 0, "output_tokens", 0,
-            "run_bytes", 0,
+            "run_bytes", 0, "cost", 0, "cost_held", 0,
         ]  # fmt: skip
         for dimension in COUNTED_DIMENSIONS:
             fields += [f"l_{dimension.value}", getattr(limits, dimension.value)]
+        if money_limit is not None:  # no l_cost: no money limit
+            fields += ["l_cost", money_limit]
         fields.append("--limits--")
         for tool, value in limits.per_tool_overrides.items():
             fields += [tool, value]
@@ -222,7 +246,6 @@ class RedisRunStore:
 
         A refusal registers nothing with the listener and writes nothing; an owner of a run that
         has ended already is never watched (it has nothing more to learn)."""
-        refuse_money(limits, f"attach to run {run_id!r}")
         keys = RunKeys.of(self.namespace, run_id)
         link = self._link
         bound = link.bound()  # the run's deadline is not known before this read

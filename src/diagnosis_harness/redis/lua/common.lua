@@ -99,20 +99,61 @@ local function time_out(boundary)
 end
 
 -- The refused reservation or the usage past a limit: EXHAUSTED, and the run ends, decided at
--- the limit's own boundary (LIMIT_BOUNDARY).
-local function exhaust(event, dimension, detail)
+-- the limit's own boundary (LIMIT_BOUNDARY); the money limit at the boundary of the call whose
+-- hold or settle reached it (`boundary`, a Boundary's name), as the run in one process decides.
+local function exhaust(event, dimension, detail, boundary)
   local target = take(BUDGET, redis.call('HGET', RUN, 'budget'), event, 'false')
   if not target then return end -- exhausted already; the run ended then
   redis.call('HSET', RUN, 'budget', target, 'exhausted', dimension)
+  if dimension ~= 'cost' or not boundary then boundary = LIMIT_BOUNDARY[dimension] end
   end_run('exhaust_budget', text('limit', {dimension = dimension, detail = detail}), NOW,
-    LIMIT_BOUNDARY[dimension])
+    boundary)
+end
+
+-- Money. Amounts are integer picodollars, kept as Redis integers (HINCRBY: exact in 64 bits)
+-- and read back as strings of digits, so a text writes them exactly. Lua numbers are doubles:
+-- a comparison of settled + held + hold with the limit is exact because the store refuses a
+-- money limit of 2^53 picodollars or more (every sum at or below the limit is an exact double,
+-- and a true sum above it rounds to a double above it: rounding is monotonic).
+-- `limit` is false or '' when the run has no money limit.
+local function within_cost(limit, settled, held, hold)
+  if not limit or limit == '' then return true end
+  return tonumber(settled or '0') + tonumber(held or '0') + tonumber(hold) <= tonumber(limit)
+end
+
+-- `units` (a string of decimal digits) picodollars as the core writes dollars in a reason
+-- (`$` and str() of the normalised Decimal, _limits.dollars): a whole number plainly, else
+-- without trailing zeros, in exponent notation when below 10^-6 as Python's Decimal does.
+local function dollars(units)
+  units = string.gsub(units, '^0+', '')
+  if units == '' then return '$0' end
+  local digits = string.gsub(units, '0+$', '')
+  local exponent = #units - #digits - 12 -- value = digits * 10^exponent
+  if exponent >= 0 then return '$' .. digits .. string.rep('0', exponent) end
+  local adjusted = exponent + #digits - 1
+  if adjusted >= -6 then
+    local point = #digits + exponent -- digits before the point
+    if point > 0 then
+      return '$' .. string.sub(digits, 1, point) .. '.' .. string.sub(digits, point + 1)
+    end
+    return '$0.' .. string.rep('0', -point) .. digits
+  end
+  local mantissa = string.sub(digits, 1, 1)
+  if #digits > 1 then mantissa = mantissa .. '.' .. string.sub(digits, 2) end
+  return '$' .. mantissa .. 'E' .. string.format('%d', adjusted)
+end
+
+-- The detail of a hold the money limit refused: the hold against what is settled and held.
+local function cost_refused(limit, settled, held, hold)
+  return text('cost_refused', {limit = dollars(limit), hold = dollars(hold),
+    settled = dollars(settled or '0'), held = dollars(held or '0')})
 end
 
 -- A reservation not granted: the run is over or past its deadline, else the limit refused it.
 local function refuse(boundary, state, deadline, dimension, detail)
   release()
   if live(state, deadline) then
-    exhaust('reserve', dimension, detail)
+    exhaust('reserve', dimension, detail, boundary)
   else
     time_out(boundary)
   end
