@@ -94,7 +94,7 @@ C_contra = TypeVar("C_contra", contravariant=True)
 
 
 @final
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class TokenUsage:
     """The tokens one response used, as the provider reported them and as the run recorded them.
 
@@ -114,6 +114,15 @@ class TokenUsage:
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+    def __repr__(self) -> str:
+        # The cache's parts only where reported: most usages have none.
+        parts = [f"input_tokens={self.input_tokens}", f"output_tokens={self.output_tokens}"]
+        for name in ("cache_read_tokens", "cache_write_tokens", "cache_write_1h_tokens"):
+            value = getattr(self, name)
+            if value:
+                parts.append(f"{name}={value}")
+        return f"TokenUsage({', '.join(parts)})"
 
 
 @final
