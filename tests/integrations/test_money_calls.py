@@ -47,6 +47,7 @@ from diagnosis_harness.integrations import (
     classify_sdk,
     input_bound,
 )
+from diagnosis_harness.integrations._anthropic import TOOLS_PROMPT_TOKENS
 from diagnosis_harness.integrations._model_call import ModelCall
 from diagnosis_harness.integrations.otel import (
     COST,
@@ -716,3 +717,65 @@ def test_max_tokens_is_lowered_to_exactly_the_most_the_limit_pays_for(
     assert reservation.held == held(sent) <= limit
     assert sent == wanted or held(sent + 1) > limit
     assert reservation.lowered is (sent < wanted)
+
+
+# -- the prompt cache and Anthropic's tools: priced as genai-prices prices them --------------------
+
+
+@pytest.mark.parametrize(
+    ("flavour", "model", "provider"),
+    [(FLAVOURS[0], "gpt-4o-mini", "openai"), (FLAVOURS[2], "claude-3-5-haiku-latest", "anthropic")],
+    ids=["openai", "anthropic"],
+)
+def test_cached_input_tokens_are_priced_at_the_cache_read_price(
+    loopback: LoopbackServer, flavour: Flavour, model: str, provider: str
+) -> None:
+    """300 of the 320 input tokens were read from the prompt cache: they cost less."""
+    ctx = _run(D("1.00"))
+    loopback.script(Reply(input_tokens=20, cache_read_tokens=300, output_tokens=6))
+    params = {**flavour.params, "model": model}
+    governed = flavour.ask(
+        loopback, ctx, params, False, policy="diagnosis_agent", prices=GenaiPrices()
+    )
+    expected = genai_prices.calc_price(
+        genai_prices.Usage(input_tokens=320, cache_read_tokens=300, output_tokens=6),
+        model_ref=model,
+        provider_id=provider,
+    ).total_price
+    assert _money(ctx) == (expected, D(0))
+    (charge,) = governed.charges
+    assert charge.usage == TokenUsage(320, 6, cache_read_tokens=300)
+    full = GenaiPrices().model_price(model).cost(input_tokens=320, output_tokens=6)
+    assert expected < full  # the cache's price, not the input's
+
+
+def test_an_anthropic_request_that_can_write_the_cache_or_use_tools_holds_for_it(
+    loopback: LoopbackServer,
+) -> None:
+    """Without cache_control the cache-write price is left out of the worst case; with it, it
+    is the dearest input price. Tools add Anthropic's tool-use system prompt to the bound."""
+    ctx = _run()
+    cached = {
+        **ANTHROPIC_PARAMS,
+        "system": [{"type": "text", "text": "You triage.", "cache_control": {"type": "ephemeral"}}],
+    }
+    tools = {
+        **ANTHROPIC_PARAMS,
+        "tools": [{"name": "logs", "description": "Read logs", "input_schema": {"type": "object"}}],
+    }
+    plain, with_cache, with_tools = (
+        _sync_anthropic(loopback, ctx, params, False, policy="diagnosis_agent", prices=TABLE)
+        .charges[0]
+        .held
+        for params in (ANTHROPIC_PARAMS, cached, tools)
+    )
+    assert plain == _worst(CLAUDE, ANTHROPIC_PARAMS, 64)
+    assert with_cache == CLAUDE.worst_case(
+        input_tokens_bound=input_bound(cached), max_output_tokens=64, writes_cache=True
+    )
+    assert with_cache > _worst(CLAUDE, cached, 64)  # at $1.25, not $1.00, per million
+    assert with_tools == CLAUDE.worst_case(
+        input_tokens_bound=input_bound(tools) + TOOLS_PROMPT_TOKENS,
+        max_output_tokens=64,
+        writes_cache=False,
+    )
