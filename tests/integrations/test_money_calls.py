@@ -779,3 +779,17 @@ def test_an_anthropic_request_that_can_write_the_cache_or_use_tools_holds_for_it
         max_output_tokens=64,
         writes_cache=False,
     )
+
+
+def test_a_run_spent_past_its_limit_refuses_the_next_call_on_cost() -> None:
+    """A settled cost above its hold (an input the bound missed) passes the limit: recorded, the
+    run exhausted, and the next reservation refused as the core refuses it."""
+    ctx = _run(D("1.00"))
+    model_call = ModelCall(ctx, policy=None, prices=TABLE)
+    with model_call.reserve("call", ModelRequest("gpt-test", 10, 5)) as reservation:
+        reservation.record(TokenUsage(2_000, 5))  # $2.05: the image the bound did not count
+    assert _money(ctx) == (D("2.05"), D(0))
+    with pytest.raises(BudgetExhausted) as refused:
+        model_call.reserve("call", ModelRequest("gpt-test", 10, 5))
+    assert refused.value.dimension is BudgetDimension.COST
+    assert ctx.budget.snapshot().model_calls == 1

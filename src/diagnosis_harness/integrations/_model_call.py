@@ -278,6 +278,8 @@ def _max_affordable(price: ModelPrice, request: ModelRequest, wanted: int, left:
 
     if held(wanted) <= left:
         return wanted
+    if left <= 0:  # settled + held at or past the limit already: the core refuses any hold
+        return 1
     base = price.worst_case(
         input_tokens_bound=request.input_bound,
         max_output_tokens=0,
