@@ -793,3 +793,38 @@ def test_a_run_spent_past_its_limit_refuses_the_next_call_on_cost() -> None:
         model_call.reserve("call", ModelRequest("gpt-test", 10, 5))
     assert refused.value.dimension is BudgetDimension.COST
     assert ctx.budget.snapshot().model_calls == 1
+
+
+def test_a_failed_attempts_span_carries_its_hold_and_no_cost(loopback: LoopbackServer) -> None:
+    """A 500 may have been billed: its span says what stays held; the retry's, what it cost."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    ctx = _run(D("100"))
+    loopback.script(Reply(status=500), Reply(input_tokens=30, output_tokens=7))
+    try:
+        with HarnessTracing(provider.get_tracer("tests")).run(ctx, "diagnosis") as tracing:
+            _sync_openai(
+                loopback,
+                ctx,
+                {**OPENAI_PARAMS, "model": "gpt-4o-mini"},
+                False,
+                policy="intent_router",
+                tracing=tracing,
+                prices=GenaiPrices(),
+                default_max_tokens=100,
+            )
+    finally:
+        provider.shutdown()
+    failed, answered = (
+        dict(span.attributes or {})
+        for span in exporter.get_finished_spans()
+        if span.name.startswith("chat ")
+    )
+    assert COST not in failed
+    held = failed[COST_HELD]
+    assert isinstance(held, float)
+    assert held == answered[COST_HELD] > 0
+    assert answered[COST] == pytest.approx(0.0000087)  # 30 x $0.15 + 7 x $0.60 per million
+    assert failed[MAX_TOKENS_LOWERED] is False
+    assert failed[PRICE_DATA] == answered[PRICE_DATA] == GenaiPrices().data_version
