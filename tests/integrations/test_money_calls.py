@@ -670,6 +670,26 @@ def test_the_input_bound_is_the_utf8_bytes_of_the_payloads_json() -> None:
     assert input_bound(None) == 4
 
 
+def test_the_input_bound_reads_the_sdks_values_and_refuses_what_reading_would_consume() -> None:
+    assert input_bound({"a": openai.NOT_GIVEN, "b": openai.omit}) == input_bound(
+        {"a": None, "b": None}
+    )
+    assert input_bound(("x", frozenset())) == input_bound(["x", []])
+    with pytest.raises(TypeError, match="cannot bound a generator"):
+        input_bound({"messages": (m for m in [{"role": "user", "content": "hi"}])})
+
+
+def test_a_priced_request_given_an_iterator_is_refused_before_anything_is_sent(
+    loopback: LoopbackServer,
+) -> None:
+    ctx = _run(D("1.00"))
+    params = {**OPENAI_PARAMS, "messages": iter(OPENAI_PARAMS["messages"])}
+    with pytest.raises(TypeError, match="cannot bound a list_iterator"):
+        _sync_openai(loopback, ctx, params, False, policy="diagnosis_agent", prices=TABLE)
+    assert loopback.count == 0
+    assert ctx.budget.snapshot().model_calls == 0
+
+
 def test_the_input_bound_is_never_below_one_token_per_character_of_text() -> None:
     """A byte-level BPE token covers at least one byte: a text of n bytes has at most n tokens,
     and the JSON around it only adds bytes."""

@@ -48,6 +48,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_FLOOR, Context, Decimal
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, final
@@ -193,17 +194,28 @@ class ModelRequest:
             raise TypeError(f"writes_cache must be a bool, got {self.writes_cache!r}")
 
 
+_SENTINELS = frozenset({"NotGiven", "Omit"})  # the SDKs' "not given": dropped before sending
+
+
 def _jsonable(value: object) -> object:
-    """What ``json.dumps`` cannot write: an SDK's typed object as the JSON its SDK sends."""
+    """What ``json.dumps`` cannot write, as the JSON its SDK sends; a ``TypeError`` for what
+    cannot be bounded without changing it (an iterator, which reading would consume)."""
     dump = getattr(value, "model_dump", None)  # pydantic models: the SDKs' typed params
     if callable(dump):
         return dump(mode="json")
     if isinstance(value, (bytes, bytearray, memoryview)):  # sent as base64: 4 bytes per 3
         return "x" * (4 * ((len(value) + 2) // 3))
-    if isinstance(value, (set, frozenset, tuple)):
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, (set, frozenset, Sequence)):
         return list(value)
-    # The SDKs' "not given" sentinels (openai's NotGiven/Omit): dropped before sending; 4 bytes.
-    return None
+    if type(value).__name__ in _SENTINELS:
+        return None
+    raise TypeError(
+        f"input_bound cannot bound a {type(value).__name__} in the request: give its input as "
+        "JSON values (dicts, lists, str, numbers), the SDK's typed models, or bytes -- an "
+        "iterator would be consumed by reading it"
+    )
 
 
 def input_bound(payload: object) -> int:
@@ -228,6 +240,10 @@ def input_bound(payload: object) -> int:
     id counts only the bytes of its reference. Such a request's hold may be below its cost; its
     settlement still records the actual cost, even past the limit (the run then ends
     ``BUDGET_EXHAUSTED`` on ``COST``).
+
+    Besides JSON values it reads the SDKs' typed models (as they dump them), bytes (as base64),
+    any mapping or sequence, and the SDKs' "not given" sentinels; anything else -- an iterator,
+    which reading would consume before the SDK sends it -- is a ``TypeError``.
     """
     text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=_jsonable)
     return len(text.encode("utf-8"))
