@@ -68,15 +68,21 @@ class Budget:
 _units_up: Callable[[str, object], int] | None = None  # ._money.units_up, once loaded
 
 
+def _load_units() -> Callable[[str, object], int]:
+    """``._money.units_up``, bound here on the first amount: an import statement in a function
+    costs microseconds on every call, a global read nothing; and decimal loads only now."""
+    global _units_up  # noqa: PLW0603 - the one lazily bound reference
+    from ._money import units_up  # noqa: PLC0415 - lazily: it loads decimal
+
+    _units_up = units_up
+    return units_up
+
+
 def money_units(name: str, value: object) -> int:
     """``value`` (a ``Decimal`` of US dollars >= 0, checked) as picodollars rounded up."""
-    global _units_up  # noqa: PLW0603 - the one lazily bound reference
     convert = _units_up
-    if convert is None:  # the first amount: load decimal now. Bound once, as an import
-        # statement in a function costs microseconds on every call, a global read nothing.
-        from ._money import units_up  # noqa: PLC0415 - lazily: it loads decimal
-
-        convert = _units_up = units_up
+    if convert is None:
+        convert = _load_units()
     return convert(name, value)
 
 
@@ -167,7 +173,10 @@ class CallHold:
         on a Tool call's hold) raises and changes nothing; a second settle raises RuntimeError
         and changes nothing.
         """
-        units = money_units("cost", cost)
+        convert = _units_up  # money_units(), one call less on the settle of every hold
+        if convert is None:
+            convert = _load_units()
+        units = convert("cost", cost)
         tool = self._tool
         if tool is not None:
             if input_tokens is not None or output_tokens is not None:

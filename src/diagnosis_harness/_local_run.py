@@ -41,14 +41,7 @@ from ._endings import (
     ending_of_cancel,
     error_for,
 )
-from ._generated.tables import (
-    BUDGET,
-    LIFECYCLE,
-    BudgetEvent,
-    BudgetState,
-    LifecycleEvent,
-    RunState,
-)
+from ._generated.tables import BUDGET, LIFECYCLE, BudgetEvent, BudgetState, LifecycleEvent, RunState
 from ._limits import BudgetDimension, BudgetLimits, BudgetUsage
 
 if TYPE_CHECKING:
