@@ -242,7 +242,7 @@ def test_the_prices_are_a_read_only_copy() -> None:
         ({"search": Decimal("-0.10")}, ValueError, r"tool_prices\['search'\] must be a finite"),
         ({"search": Decimal("NaN")}, ValueError, r"tool_prices\['search'\] must be a finite"),
         ({"search": Decimal("Infinity")}, ValueError, r"tool_prices\['search'\] must be a finite"),
-        ({" ": DIME}, TypeError, r"tool_prices keys must be non-blank str"),
+        ({" ": DIME}, ValueError, r"tool_prices keys must be non-blank str"),
         ({7: DIME}, TypeError, r"tool_prices keys must be non-blank str"),
     ],
 )

@@ -136,7 +136,8 @@ def _tool_prices(prices: object) -> dict[str, Decimal]:
     copy: dict[str, Decimal] = {}
     for tool, price in prices.items():
         if type(tool) is not str or not tool.strip():
-            raise TypeError(
+            error = TypeError if type(tool) is not str else ValueError
+            raise error(
                 f"tool_prices keys must be non-blank str naming a Tool in the run's budget, "
                 f"got {tool!r}"
             )
