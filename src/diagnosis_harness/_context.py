@@ -39,6 +39,10 @@ if TYPE_CHECKING:
 __all__ = ["RunContext"]
 
 _CREATE_KEY = object()  # only RunContext.create holds it: the parts must belong to one run
+_MAX_COST_REQUIRED = (
+    "{call} needs max_cost=Decimal(...): the run has a money limit (BudgetLimits.cost), so each "
+    "call must hold its worst case before it is made"
+)
 _NOT_BUILT: Any = None  # the default that lets a direct call reach the TypeError that says so
 
 
@@ -85,6 +89,9 @@ class RunContext:
     retry_policies: RetryPolicies
     lifecycle: Lifecycle
     _owner: RunBackend = field(default=_NOT_BUILT, repr=False)
+    # Whether the run has a money limit, read once here from the owner's fixed limits: every
+    # reservation asks, and a field costs nothing where the owner's limits cost a call.
+    _priced: bool = field(default=False, repr=False)
     _key: InitVar[object] = None
 
     def __post_init__(self, _key: object) -> None:
@@ -237,6 +244,7 @@ class RunContext:
             retry_policies,
             Lifecycle(run),
             run,
+            run.limits.cost is not None,
             _CREATE_KEY,
         )
 
@@ -261,11 +269,11 @@ class RunContext:
         held + ``max_cost`` would pass it (``BudgetExhausted`` on ``COST``). With a money limit it
         is required (ValueError, nothing reserved); without one it is optional, and tracked.
         """
-        # The owner refuses a missing max_cost under a money limit (ValueError), in the decision
-        # it makes anyway: no read of the limits here, on every call.
         owner = self._owner
         clock = self.clock
         if max_cost is None:
+            if self._priced:  # nothing is reserved
+                raise ValueError(_MAX_COST_REQUIRED.format(call="reserve_model_call()"))
             owner.reserve_model_call(clock.monotonic_ns())
             return granted_hold(owner, clock, None, 0)
         hold = money_units("max_cost", max_cost)
@@ -281,6 +289,8 @@ class RunContext:
         owner = self._owner
         clock = self.clock
         if max_cost is None:
+            if self._priced:  # nothing is reserved
+                raise ValueError(_MAX_COST_REQUIRED.format(call=f"reserve_tool_call({tool!r})"))
             owner.reserve_tool_call(tool, clock.monotonic_ns())
             return granted_hold(owner, clock, tool, 0)
         hold = money_units("max_cost", max_cost)

@@ -73,12 +73,6 @@ _GRANT = _active_step(_RESERVE)
 _SETTLED = _active_step(_SETTLE)
 
 
-_MAX_COST_REQUIRED = (
-    "{call} needs max_cost=Decimal(...): the run has a money limit (BudgetLimits.cost), so each "
-    "call must hold its worst case before it is made"
-)
-
-
 def _dollars(units: int) -> str:
     """``units`` picodollars as a reader writes dollars (``$0.4``): for a reason text only."""
     from ._money import dollars  # noqa: PLC0415 - lazily: it loads decimal
@@ -231,16 +225,11 @@ class LocalRun:
     # function of the state, is taken from the table beforehand (``_GRANT``), and committed under
     # the lock only if the budget is still in the state it is taken from. Everything else -- a
     # limit reached, a run that is over, an EXHAUSTED budget -- is decided by the refusal path,
-    # under the same lock. A missing ``max_cost`` under a money limit is refused before the lock
-    # (ValueError, nothing reserved): the caller reads no limit of its own on every call.
+    # under the same lock.
 
-    def reserve_model_call(self, now_ns: int, hold: int | None = None) -> None:
+    def reserve_model_call(self, now_ns: int, hold: int = 0) -> None:
         limit = self._limits.model_calls
         cost_limit = self._cost_limit
-        if hold is None:  # the caller gave no max_cost
-            if cost_limit is not None:  # a ValueError: nothing is reserved
-                raise ValueError(_MAX_COST_REQUIRED.format(call="reserve_model_call()"))
-            hold = 0
         grant = _GRANT
         with self._lock:
             used = self._model_calls
@@ -270,15 +259,11 @@ class LocalRun:
             pending = self._refuse_locked(Boundary.MODEL, dimension, detail, now_ns)
         self._refuse(Boundary.MODEL, pending)
 
-    def reserve_tool_call(self, tool: str, now_ns: int, hold: int | None = None) -> None:
+    def reserve_tool_call(self, tool: str, now_ns: int, hold: int = 0) -> None:
         limits = self._limits
         overrides = self._overrides
         limit = overrides[tool] if tool in overrides else limits.per_tool_calls  # noqa: SIM401 - no call
         cost_limit = self._cost_limit
-        if hold is None:  # the caller gave no max_cost
-            if cost_limit is not None:  # a ValueError: nothing is reserved
-                raise ValueError(_MAX_COST_REQUIRED.format(call=f"reserve_tool_call({tool!r})"))
-            hold = 0
         grant = _GRANT
         with self._lock:
             total = self._tool_calls
