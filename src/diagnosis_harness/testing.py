@@ -31,7 +31,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Generic, TypeVar, final
 
 from ._clock import ManualClock
-from ._limits import checked_money
+from ._money import checked_money
 from ._validate import non_blank_str, non_negative_int
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ from diagnosis_harness import (
     RunTerminated,
     UnknownRun,
 )
-from diagnosis_harness._limits import dollars
+from diagnosis_harness._money import dollars
 from diagnosis_harness.pricing import to_units
 from diagnosis_harness.redis import RedisRunStore
 from diagnosis_harness.redis._bounded import GRACE_SECONDS
