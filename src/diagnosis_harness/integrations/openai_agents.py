@@ -255,8 +255,12 @@ class _GovernedAgentsModel(Model):
 
         A retry can only happen before the first event: after it, events have reached the agent
         and a second request would repeat them. A failure later in the stream is the stream's.
-        The usage is recorded from the completed response's event; a stream cut before it
-        records nothing (the SDK reports no usage before the end).
+        The usage is recorded from the completed response's event, when the stream ends; a
+        stream cut before it (by a cancellation, the deadline, a failure or its consumer) ends
+        its reservation with no usage -- the SDK reports none before the end -- so a money hold
+        stays at its worst case (the cut request may still be billed). A stream read to its end
+        without usage raises
+        :class:`~diagnosis_harness.integrations.UsageNotReported`, as every governed stream does.
         """
         governance = self._governance
         model_call = governance.model_call
@@ -290,17 +294,46 @@ class _GovernedAgentsModel(Model):
         )
         assert events is not None
         assert reservation is not None
+        meter = _CompletedUsage()
         try:
             while event is not None:
+                meter.observe(event)
                 if isinstance(event, ResponseCompletedEvent):
-                    usage = event.response.usage
-                    if usage is not None:
-                        reservation.record(TokenUsage(usage.input_tokens, usage.output_tokens))
                     governance.check_calls(event.response.output)
                 yield event
                 event = await model_call.request_async(lambda: anext(events, None))
         finally:
-            await _close(events)
+            try:
+                await _close(events)
+            finally:
+                # Read to its end (event None) or cut: either way the reservation ends here,
+                # once, with the usage the completed event reported, if it came.
+                reservation.end_stream(meter, complete=event is None)
+
+
+@final
+class _CompletedUsage:
+    """A stream's usage meter: the SDK reports a response's usage in its completed event only.
+
+    Written by the one task that reads the stream; read by it when the stream ends.
+    """
+
+    __slots__ = ("_usage",)
+
+    def __init__(self) -> None:
+        self._usage: TokenUsage | None = None
+
+    def observe(self, event: TResponseStreamEvent, /) -> None:
+        if isinstance(event, ResponseCompletedEvent) and event.response.usage is not None:
+            usage = event.response.usage
+            self._usage = TokenUsage(usage.input_tokens, usage.output_tokens)
+
+    @property
+    def final(self) -> bool:
+        return self._usage is not None
+
+    def usage(self) -> TokenUsage | None:
+        return self._usage
 
 
 async def _close(events: AsyncIterator[TResponseStreamEvent]) -> None:
