@@ -20,39 +20,72 @@ model -- sends its requests through one ``ModelCall``, and only translates its S
    (:meth:`ModelCall.execute` and :meth:`ModelCall.execute_async` drive the same attempts, with
    a ``chat`` span each when tracing).
 
-A money budget (a hold placed before each call, settled by its actual usage after it) is one
-change here: the hold in :meth:`ModelCall.reserve`, its settlement in
-:meth:`ModelReservation._settle`, through which every record goes, and its release when the
-attempt failed unsettled in :meth:`ModelReservation._release`.
+Money (``prices=``, a :class:`~diagnosis_harness.pricing.Prices`) is decided here too, once for
+every adapter:
+
+- the hold, in :meth:`ModelCall.reserve`: the adapter describes the request
+  (:class:`ModelRequest`: the model, a bound on its input tokens from :func:`input_bound`, its
+  ``max_tokens``); the model's price is looked up (:class:`~diagnosis_harness.pricing.UnknownPrice`
+  before anything is reserved or sent), and the request's worst case
+  (:meth:`~diagnosis_harness.pricing.ModelPrice.worst_case`) is held in the same decision as the
+  Model call. A request without ``max_tokens`` is given ``default_max_tokens``; when the money
+  left (limit - settled - held) cannot pay for the worst case, ``max_tokens`` is lowered to the
+  most it can pay for (at least 1), and the reservation says so (:attr:`ModelReservation.lowered`);
+- the settlement, in :meth:`ModelReservation._settle`, through which every record goes: the
+  actual usage priced exactly, settled on the hold with its tokens. A stream cut before any
+  usage was received is not settled: its hold stays charged at the worst case (the provider may
+  have billed it, and nothing says how much);
+- the release, in :meth:`ModelReservation._release`, of an attempt that failed unsettled: a hold
+  whose request provably was never billed (the connection was never made, or the provider
+  refused the request with a 4xx status other than 408/499) is settled at zero; any other
+  (a timeout, a cut connection, a 5xx, the run's ending in flight) stays held at its worst case,
+  and a sync worker whose answer still arrives settles it exactly (the two paths share the
+  reservation's lock, and a hold settles once).
 """
 
 from __future__ import annotations
 
+import json
 import math
+import threading
 from dataclasses import dataclass
+from decimal import ROUND_FLOOR, Context, Decimal
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, final
 
 from .._boundary import Boundary
 from .._errors import HarnessError
+from .._validate import non_blank_str
 from ._arguments import checked_ctx, executor_of, policy_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
     from types import TracebackType
 
+    from .._budget import CallHold
     from .._context import RunContext
     from .._retry import Classifier, HarnessRetryExecutor
     from .._retry_policy import RetryPolicy
+    from ..pricing import ModelPrice, Prices
     from ._chat import ChatResponse, Server
     from .otel import HarnessTracing
 
 __all__ = [
+    "DEFAULT_MAX_TOKENS",
     "ModelCall",
+    "ModelCharge",
+    "ModelRequest",
     "ModelReservation",
     "TokenUsage",
     "UsageMeter",
     "UsageNotReported",
+    "input_bound",
 ]
+
+DEFAULT_MAX_TOKENS = 4096
+"""The ``max_tokens`` a priced request that gives none is held for (and, under a money limit, sent
+with): a model's output is otherwise bounded only by its own maximum (16,384 and more), whose
+worst case would hold most of a small budget for every call. Change it with
+``default_max_tokens=``."""
 
 R = TypeVar("R")
 A = TypeVar("A")  # an attempt, sync or async
@@ -103,6 +136,154 @@ class UsageMeter(Protocol[C_contra]):
         ...
 
 
+# -- money: what a request may cost at most -------------------------------------------------------
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """What a priced request's worst case is computed from, as its adapter describes it.
+
+    ``model`` is the model asked for (looked up in the prices, with ``provider``: genai-prices'
+    provider id, e.g. ``"openai"``, or ``None``), ``input_bound`` a number never below the
+    request's input tokens (:func:`input_bound` of everything the request sends as input), and
+    ``max_tokens`` the request's own output limit (``None`` if it gives none).
+    ``writes_cache=False`` says the request cannot write to the provider's prompt cache (an
+    Anthropic request without ``cache_control``), so its worst case leaves the cache-write prices
+    out. Checked at construction: a bad value raises, naming it.
+    """
+
+    model: str
+    input_bound: int
+    max_tokens: int | None
+    provider: str | None = None
+    writes_cache: bool = True
+
+    def __post_init__(self) -> None:
+        non_blank_str("model", self.model)
+        if self.provider is not None:
+            non_blank_str("provider", self.provider)
+        if type(self.input_bound) is not int or self.input_bound < 0:
+            raise ValueError(f"input_bound must be an int >= 0, got {self.input_bound!r}")
+        if self.max_tokens is not None and (
+            type(self.max_tokens) is not int or self.max_tokens < 1
+        ):
+            raise ValueError(f"max_tokens must be an int >= 1 or None, got {self.max_tokens!r}")
+        if type(self.writes_cache) is not bool:
+            raise TypeError(f"writes_cache must be a bool, got {self.writes_cache!r}")
+
+
+def _jsonable(value: object) -> object:
+    """What ``json.dumps`` cannot write: an SDK's typed object as the JSON its SDK sends."""
+    dump = getattr(value, "model_dump", None)  # pydantic models: the SDKs' typed params
+    if callable(dump):
+        return dump(mode="json")
+    if isinstance(value, (bytes, bytearray, memoryview)):  # sent as base64: 4 bytes per 3
+        return "x" * (4 * ((len(value) + 2) // 3))
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    # The SDKs' "not given" sentinels (openai's NotGiven/Omit): dropped before sending; 4 bytes.
+    return None
+
+
+def input_bound(payload: object) -> int:
+    """A number never below the input tokens of a request that sends ``payload`` as its input.
+
+    The UTF-8 byte length of ``payload``'s JSON (compact, non-ASCII kept as UTF-8): pass
+    everything the request sends as input -- the messages, the system prompt, the tools and their
+    schemas, the response format. Why bytes bound tokens: the providers' tokenizers are byte-level
+    BPE, where every token covers at least one byte of the text the model reads, so that text has
+    at most as many tokens as bytes; and the text the model reads is the payload's strings plus a
+    few framing tokens per message (role markers, separators: OpenAI counts 3 per message and 3
+    to prime the reply), which the JSON's own bytes around each message (``{"role":"user",
+    "content":""}``, 28 bytes) more than pay for. A tool's schema is rendered from its JSON into
+    shorter text. Escapes only lengthen the JSON. The bound is far above the real count (about 4
+    bytes per English token): it is a hold, settled to the exact usage after the call.
+
+    What it does not bound: input the provider adds that the request does not send (Anthropic's
+    tool-use system prompt, a few hundred tokens when ``tools`` are given, which the anthropic
+    adapter adds to this bound), and the tokens of an image, audio or file part, which the
+    providers count from the media, not from the bytes that carry it: an inline (base64) image
+    counts its base64 bytes, usually far more than its tokens, but a part given by URL or file
+    id counts only the bytes of its reference. Such a request's hold may be below its cost; its
+    settlement still records the actual cost, even past the limit (the run then ends
+    ``BUDGET_EXHAUSTED`` on ``COST``).
+    """
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=_jsonable)
+    return len(text.encode("utf-8"))
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ModelCharge:
+    """What one priced attempt held and settled: a line of :attr:`ModelCall.charges`.
+
+    ``price_data`` names the prices' data (``GenaiPrices.data_version``; ``None`` for prices that
+    give none, as a ``PriceTable``). ``max_tokens`` is what the request was sent with (``None``:
+    nothing was added), ``lowered`` whether the money left lowered it. ``held`` is the worst case
+    held; ``cost`` the actual cost settled (zero for a request released unbilled), ``None`` while
+    the hold stays charged (not answered yet, or never: a cut stream without usage, a request
+    that may have been billed).
+    """
+
+    name: str
+    model: str
+    provider: str | None
+    price_data: str | None
+    max_tokens: int | None
+    lowered: bool
+    held: Decimal
+    cost: Decimal | None
+    usage: TokenUsage | None
+
+
+# Decimal arithmetic in its own context, never the thread's (which a user may have changed).
+_DIVIDE = Context(prec=60)
+
+
+def _max_affordable(price: ModelPrice, request: ModelRequest, wanted: int, left: int) -> int:
+    """The most output tokens, 1 to ``wanted``, whose worst case fits ``left`` picodollars.
+
+    ``wanted`` when it fits; 1 when not even that does (the core then refuses the hold).
+    """
+    from ..pricing import from_units, to_units  # noqa: PLC0415 - with the prices only
+
+    def held(tokens: int) -> int:
+        worst = price.worst_case(
+            input_tokens_bound=request.input_bound,
+            max_output_tokens=tokens,
+            writes_cache=request.writes_cache,
+        )
+        return to_units(worst)
+
+    if held(wanted) <= left:
+        return wanted
+    base = price.worst_case(
+        input_tokens_bound=request.input_bound,
+        max_output_tokens=0,
+        writes_cache=request.writes_cache,
+    )
+    per_token = (
+        price.worst_case(
+            input_tokens_bound=request.input_bound,
+            max_output_tokens=1,
+            writes_cache=request.writes_cache,
+        )
+        - base
+    )
+    if per_token <= 0 or from_units(left) < base:
+        return 1
+    # The worst case is linear in the output tokens; the hold rounds it up to a picodollar, so
+    # the estimate is corrected by a step or two each way against the hold itself.
+    guess = _DIVIDE.divide(from_units(left) - base, per_token)
+    tokens = max(1, min(wanted, int(guess.to_integral_value(rounding=ROUND_FLOOR))))
+    while tokens > 1 and held(tokens) > left:
+        tokens -= 1
+    while tokens < wanted and held(tokens + 1) <= left:
+        tokens += 1
+    return tokens
+
+
 # -- the arguments -------------------------------------------------------------------------------
 
 
@@ -136,6 +317,27 @@ class Chat:
 # -- one call: the reservation, the request under the deadline, the attempts --------------------
 
 
+def _never_billed(error: BaseException | None) -> bool:
+    """Whether ``error`` proves its request was never billed: the provider refused it with a
+    4xx status (not 408 or 499, after which it may have worked on it), or the connection was
+    never made (httpx's ``ConnectError`` / ``ConnectTimeout``, raised by the SDKs as the cause
+    of their connection errors) so nothing was sent. Anything else may have been billed."""
+    status = getattr(error, "status_code", None)
+    if type(status) is int and 400 <= status < 500 and status not in (408, 499):
+        return True
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        kind = type(error)
+        if kind.__module__.startswith("httpx") and kind.__name__ in (
+            "ConnectError",
+            "ConnectTimeout",
+        ):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 @final
 class ModelReservation:
     """One attempt's reserved Model call; the response's usage is recorded on it exactly once.
@@ -145,15 +347,50 @@ class ModelReservation:
     tokens twice). Recorded by one thread: the one that reads the response (a sync client's
     worker, which may still record after its caller left; the caller then reads :attr:`usage`
     only once the worker has ended the stream).
+
+    Priced (its :class:`ModelCall` has ``prices``): it holds the request's worst case
+    (:attr:`held`), and its record settles the hold with the usage priced exactly (:attr:`cost`).
+    ``_lock`` guards ``_settled`` and ``_cost``: the record (perhaps on a sync worker whose
+    caller left) and the release of a failed attempt (on the caller) decide under it which one
+    settles the hold, once; the settling itself runs outside it.
     """
 
-    __slots__ = ("_call", "_name", "_settled", "_usage")
+    __slots__ = (
+        "_call",
+        "_cost",
+        "_hold",
+        "_lock",
+        "_lowered",
+        "_max_tokens",
+        "_name",
+        "_price",
+        "_request",
+        "_settled",
+        "_usage",
+    )
 
-    def __init__(self, call: ModelCall, name: str) -> None:
+    def __init__(
+        self,
+        call: ModelCall,
+        name: str,
+        *,
+        hold: CallHold | None = None,
+        price: ModelPrice | None = None,
+        request: ModelRequest | None = None,
+        max_tokens: int | None = None,
+        lowered: bool = False,
+    ) -> None:
         self._call = call
         self._name = name
         self._settled = False
         self._usage: TokenUsage | None = None  # what was recorded; None: nothing (yet)
+        self._hold = hold  # the money held; None: the call is not priced
+        self._price = price  # the model's price; None exactly when _hold is
+        self._request = request
+        self._max_tokens = max_tokens
+        self._lowered = lowered
+        self._cost: Decimal | None = None  # the cost settled; None: still held, or not priced
+        self._lock = threading.Lock()
 
     @property
     def usage(self) -> TokenUsage | None:
@@ -164,6 +401,47 @@ class ModelReservation:
     def settled(self) -> bool:
         """Whether the attempt's usage has been recorded (or its stream ended without any)."""
         return self._settled
+
+    @property
+    def max_tokens(self) -> int | None:
+        """The ``max_tokens`` the adapter must send: the request's, ``default_max_tokens`` when
+        it gave none and the run has a money limit, or the lowered value; ``None`` when the
+        request gave none and nothing is to be added."""
+        return self._max_tokens
+
+    @property
+    def lowered(self) -> bool:
+        """Whether the money left lowered :attr:`max_tokens` below what was asked (or the
+        default)."""
+        return self._lowered
+
+    @property
+    def held(self) -> Decimal | None:
+        """The worst case held for this attempt (US dollars); ``None`` when it is not priced."""
+        return None if self._hold is None else self._hold.max_cost
+
+    @property
+    def cost(self) -> Decimal | None:
+        """The actual cost settled (zero for a request released unbilled); ``None`` while the
+        worst case stays held, or when the call is not priced."""
+        return self._cost
+
+    def charge(self) -> ModelCharge | None:
+        """This attempt's line of the journal (:attr:`ModelCall.charges`); ``None`` unpriced."""
+        request = self._request
+        if self._hold is None or request is None:
+            return None
+        return ModelCharge(
+            name=self._name,
+            model=request.model,
+            provider=request.provider,
+            price_data=self._call.price_data,
+            max_tokens=self._max_tokens,
+            lowered=self._lowered,
+            held=self._hold.max_cost,
+            cost=self._cost,
+            usage=self._usage,
+        )
 
     def record(self, usage: TokenUsage) -> TokenUsage:
         """Record the response's actual usage on the run (even past a limit: it was spent)."""
@@ -188,7 +466,8 @@ class ModelReservation:
         ``complete``: the stream was read to its end (not cut by a cancellation, the deadline,
         a failure or the consumer). A stream cut short records what it received; one read to
         its end without the provider's whole usage raises :class:`UsageNotReported`, after
-        recording what it knows.
+        recording what it knows. Priced, a stream that received no usage at all leaves its
+        hold charged at the worst case.
         """
         known = meter.usage()
         self._settle(known)
@@ -206,26 +485,47 @@ class ModelReservation:
         tb: TracebackType | None,
     ) -> None:
         if exc_type is not None:
-            self._release()
+            self._release(exc)
 
-    def _release(self) -> None:
-        """The attempt's block failed: give back what the reservation holds, if unsettled.
+    def _release(self, error: BaseException | None = None) -> None:
+        """The attempt's block failed with ``error``: give back what the reservation holds, if
+        unsettled and if the request provably was never billed.
 
-        Nothing is held today beyond the Model call, which the failed attempt spent (a retry
-        reserves anew). A money hold placed by :meth:`ModelCall.reserve` is released here; a
-        sync worker whose answer arrives after its caller left still settles it (:meth:`_settle`
-        may follow this), so such a hold needs a lock shared by the two.
+        The Model call itself the failed attempt spent (a retry reserves anew). A priced hold is
+        settled at zero when ``error`` proves the request unbilled (:func:`_never_billed`); any
+        other stays charged at its worst case, until the answer is recorded -- a sync worker
+        whose answer arrives after its caller left still settles it, exactly once.
         """
+        hold = self._hold
+        if hold is None or not _never_billed(error):
+            return
+        with self._lock:
+            if self._settled:
+                return
+            self._settled = True
+            self._cost = Decimal(0)
+        hold.settle(cost=Decimal(0), input_tokens=0, output_tokens=0)
 
     def _settle(self, usage: TokenUsage | None) -> None:
-        if self._settled:
-            raise RuntimeError(f"{self._name}: the usage of one Model call was recorded twice")
-        self._settled = True
-        if usage is not None:
+        with self._lock:
+            if self._settled:
+                raise RuntimeError(f"{self._name}: the usage of one Model call was recorded twice")
+            self._settled = True
+            if usage is None:
+                return  # nothing received: a priced hold stays at its worst case
             self._usage = usage
+            hold, price = self._hold, self._price
+            cost = None
+            if hold is not None and price is not None:
+                cost = self._cost = price.cost(
+                    input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
+                )
+        if hold is None or cost is None:
             self._call.ctx.record_token_usage(
                 input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
             )
+            return
+        hold.settle(cost=cost, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
 
 
 @final
@@ -238,13 +538,29 @@ class ModelCall:
     ``executor`` records every attempt (a new one classifying with ``classifier``, else
     ``default_classifier``, if not given); ``request_timeout`` replaces the client's timeout;
     ``tracing`` gives each attempt a ``chat`` span, which names ``provider`` and ``server``.
-    Immutable once built: calls on it may run on many threads and tasks at once.
+
+    ``prices`` (a :class:`~diagnosis_harness.pricing.Prices`: ``GenaiPrices()``, a
+    ``PriceTable``) prices every call: each reservation holds its request's worst case and each
+    record settles the actual cost (see the module's docstring). It is required when the run has
+    a money limit (``BudgetLimits(cost=...)``): a ``ValueError`` here, before any call. Without a
+    money limit the costs are still held, settled and tracked (``ctx.budget.snapshot().cost``);
+    without ``prices`` nothing is priced. ``default_max_tokens`` (an int >= 1,
+    :data:`DEFAULT_MAX_TOKENS` by default) is the output a priced request without ``max_tokens``
+    is held for, and sent with under a money limit.
+
+    Immutable once built, but for the journal of its priced attempts (:attr:`charges`, under
+    ``_charges_lock``): calls on it may run on many threads and tasks at once.
     """
 
     __slots__ = (
+        "_charges",
+        "_charges_lock",
         "_ctx",
+        "_default_max_tokens",
         "_executor",
         "_policy",
+        "_price_data",
+        "_prices",
         "_provider",
         "_request_timeout",
         "_server",
@@ -263,8 +579,30 @@ class ModelCall:
         tracing: HarnessTracing | None = None,
         provider: str = "",
         server: Server | None = None,
+        prices: Prices | None = None,
+        default_max_tokens: int = DEFAULT_MAX_TOKENS,
     ) -> None:
         self._ctx = checked_ctx(ctx)
+        if prices is not None and not callable(getattr(prices, "model_price", None)):
+            raise TypeError(
+                "prices must be None or a Prices (an object with model_price(model, *, "
+                f"provider=None)), e.g. GenaiPrices() or PriceTable({{...}}), got {prices!r}"
+            )
+        if prices is None and ctx.budget.limits.cost is not None:
+            raise ValueError(
+                f"prices is required: the run has a money limit (BudgetLimits(cost="
+                f"{ctx.budget.limits.cost})), and each model call must hold its worst case in "
+                "dollars. Pass prices=GenaiPrices() (genai-prices' data, the 'prices' extra) or "
+                "prices=PriceTable({'model': ModelPrice(...)}), from diagnosis_harness.pricing"
+            )
+        if type(default_max_tokens) is not int or default_max_tokens < 1:
+            raise ValueError(f"default_max_tokens must be an int >= 1, got {default_max_tokens!r}")
+        self._prices = prices
+        self._default_max_tokens = default_max_tokens
+        version = getattr(prices, "data_version", None)
+        self._price_data = version if isinstance(version, str) else None
+        self._charges: list[ModelReservation] = []  # the priced reservations, in order
+        self._charges_lock = threading.Lock()  # guards _charges
         self._policy = None if policy is None else policy_of(ctx, policy)
         self._executor = executor_of(ctx, executor, classifier, default=default_classifier)
         self._request_timeout = _positive_seconds("request_timeout", request_timeout)
@@ -292,18 +630,101 @@ class ModelCall:
             raise ValueError("this model call's framework retries itself: it has no policy")
         return self._policy
 
+    @property
+    def prices(self) -> Prices | None:
+        """The prices every call is priced with; ``None``: the calls are not priced."""
+        return self._prices
+
+    @property
+    def default_max_tokens(self) -> int:
+        """The ``max_tokens`` a priced request without one is held for."""
+        return self._default_max_tokens
+
+    @property
+    def price_data(self) -> str | None:
+        """The version of the prices' data (``GenaiPrices.data_version``), for the journal;
+        ``None`` when the prices give none (a ``PriceTable``) or there are none."""
+        return self._price_data
+
+    @property
+    def charges(self) -> tuple[ModelCharge, ...]:
+        """The journal of the priced attempts, in the order they were reserved: what each held,
+        the ``max_tokens`` it was sent with (and whether it was lowered), and what it settled."""
+        with self._charges_lock:
+            reservations = tuple(self._charges)
+        return tuple(charge for charge in (r.charge() for r in reservations) if charge is not None)
+
+    def subject(self, name: str, model: str) -> str | None:
+        """What the executor's journal names a priced execution (with the prices' data), or
+        ``None`` for an unpriced one (named as before)."""
+        if self._prices is None:
+            return None
+        data = "" if self._price_data is None else f", prices: {self._price_data}"
+        return f"{name} {model!r}{data}"
+
     # -- the steps of one attempt -------------------------------------------------------------
 
-    def reserve(self, name: str = "model call") -> ModelReservation:
+    def reserve(
+        self, name: str = "model call", request: ModelRequest | None = None
+    ) -> ModelReservation:
         """Reserve the attempt's Model call; the run's ``RunTerminated`` if refused (sends nothing).
 
         ``name`` names the call in the errors of its reservation
         (``"openai chat.completions.create"``). Every adapter's attempt holds its reservation
         around the block that sends the request (``with model_call.reserve(name) as r:``), in
         both loops: a block that fails leaves it to :meth:`ModelReservation._release`.
+
+        Priced, ``request`` is required (``ValueError`` without it): the model's price is looked
+        up (``UnknownPrice``, nothing reserved), and the worst case of the request, its
+        ``max_tokens`` lowered to what the money left can pay for, is held with the Model call in
+        one decision (``BudgetExhausted`` on ``COST`` if even one output token cannot be paid
+        for). The adapter sends the reservation's :attr:`~ModelReservation.max_tokens`. The money
+        left is read just before the hold: a hold granted to another call in between may make
+        the core refuse this one (on ``COST``), as it would without lowering.
         """
-        self._ctx.reserve_model_call()
-        return ModelReservation(self, name)
+        if request is not None and type(request) is not ModelRequest:
+            raise TypeError(f"request must be a ModelRequest or None, got {request!r}")
+        prices = self._prices
+        if prices is None:
+            self._ctx.reserve_model_call()
+            asked = None if request is None else request.max_tokens
+            return ModelReservation(self, name, request=request, max_tokens=asked)
+        if request is None:
+            raise ValueError(
+                f"{name}: this model call is priced (prices=...), so reserve() needs the "
+                "request's ModelRequest(model, input_bound, max_tokens) to hold its worst case"
+            )
+        price = prices.model_price(request.model, provider=request.provider)  # UnknownPrice
+        limit = self._ctx.budget.limits.cost
+        wanted = self._default_max_tokens if request.max_tokens is None else request.max_tokens
+        sent: int | None = wanted
+        if limit is None:
+            sent = request.max_tokens  # nothing added to a request that gives none
+        else:
+            from ..pricing import to_units  # noqa: PLC0415 - with the prices only
+
+            usage = self._ctx.budget.snapshot()
+            left = to_units(limit) - usage.cost_units - usage.cost_held_units
+            sent = _max_affordable(price, request, wanted, left)
+        held_for = wanted if sent is None else sent
+        worst = price.worst_case(
+            input_tokens_bound=request.input_bound,
+            max_output_tokens=held_for,
+            writes_cache=request.writes_cache,
+        )
+        hold = self._ctx.reserve_model_call(max_cost=worst)
+        reservation = ModelReservation(
+            self,
+            name,
+            hold=hold,
+            price=price,
+            request=request,
+            max_tokens=sent,
+            lowered=sent is not None and sent < wanted,
+        )
+        with self._charges_lock:
+            self._charges.append(reservation)
+        return reservation
 
     def timeout(self, client_timeout: object) -> object:
         """The request's ``timeout=``: the client's (or ``request_timeout``), cut to the deadline.
