@@ -2,21 +2,24 @@
 
 The side by side runs the same pydantic-ai agent twice: its model is OpenAI's ``gpt-4o``, priced
 by genai-prices' data, served by the loopback provider (``loopback.py``) over OpenAI's wire
-format; every answer asks for one more tool call, so the agent keeps requesting, and every answer
-reports a usage worth exactly $0.40 (40 input tokens and the output tokens that make up the rest,
-computed from genai-prices' price), cut to the ``max_completion_tokens`` the request allows, as a
-real model stops there. The limit is $1.00.
+format; the agent's output validator rejects every answer (pydantic-ai's ``ModelRetry``), so the
+agent keeps requesting, and every answer reports a usage worth exactly $0.40 (40 input tokens and
+the output tokens that make up the rest, computed from genai-prices' price), cut to the
+``max_completion_tokens`` the request allows, as a real model stops there. The limit is $1.00.
 
-Measured (the figures the assertions below pin):
+Measured:
 
 - pydantic-ai's ``UsageLimits(cost_limit=Decimal("1.00"))`` compares the spend so far before a
   request and the response's cost after it: three requests are sent and answered, the run raises
   ``UsageLimitExceeded`` with **$1.20 spent** -- $0.20 past its limit, paid for.
 - ``HarnessCapability(ctx, prices=GenaiPrices())`` with ``BudgetLimits(cost=Decimal("1.00"))``
   holds each request's worst case before it is sent: settled + held, read by the provider as
-  each request arrives, is at most $1.00 every time; the third request goes out with its
-  ``max_tokens`` lowered to what the $0.20 left can pay for, and the run ends
-  ``BUDGET_EXHAUSTED`` on ``COST`` with the spend at most $1.00.
+  each request arrives, was $0.402155, $0.806965 and $0.9999925 -- never above $1.00. The third
+  request went out with ``max_tokens`` lowered from 40,000 to 18,940 (what the $0.20 left could
+  pay for, its input bound included), cost $0.1895, and the fourth was refused before it was
+  sent: the run ends ``BUDGET_EXHAUSTED`` on ``COST`` with **$0.9895 spent**, nothing held.
+  (The exact figures follow from the bytes of pydantic-ai's messages, which bound the input;
+  the assertions pin what does not depend on them.)
 """
 
 from __future__ import annotations
@@ -27,16 +30,25 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from pydantic_ai import Agent
-from pydantic_ai.exceptions import UsageLimitExceeded
+from pydantic_ai.exceptions import ModelRetry, UsageLimitExceeded
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.usage import UsageLimits
 
+from diagnosis_harness import (
+    BudgetDimension,
+    BudgetExhausted,
+    BudgetLimits,
+    ManualClock,
+    RunContext,
+    RunState,
+)
 from diagnosis_harness.integrations import ModelClientConfig, async_openai_client
+from diagnosis_harness.integrations.pydantic_ai import HarnessCapability
 from diagnosis_harness.pricing import GenaiPrices
 from racing import BOUND
 
-from .loopback import LoopbackServer, Reply, ToolCall
+from .loopback import LoopbackServer, Reply, SeenRequest
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -56,7 +68,7 @@ OUTPUT_TOKENS = int(
     * 1_000_000
 )
 MAX_TOKENS = 40_000  # the agent's own max_tokens: every $0.40 answer fits in it
-ANSWERS = 10  # more tool-calling answers than either run can pay for
+ANSWERS = 10  # the validator's retries: more answers than either run can pay for
 
 
 def _bounded(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -67,32 +79,28 @@ def _bounded(coro: Coroutine[Any, Any, Any]) -> Any:
 
 
 def _paid_answers(loopback: LoopbackServer) -> None:
-    """Every answer asks for one more tool call (a new ID each), its usage worth $0.40."""
-    loopback.script(
-        *(
-            Reply(
-                text="",
-                tool_calls=(ToolCall("logs", {"q": f"q{i}"}, id=f"call_{i}"),),
-                input_tokens=INPUT_TOKENS,
-                output_tokens=OUTPUT_TOKENS,
-                within_max_tokens=True,
-            )
-            for i in range(ANSWERS)
-        )
+    """Every answer a text, its usage worth $0.40 (cut to the request's ``max_tokens``)."""
+    loopback.default = Reply(
+        text="not sure yet",
+        input_tokens=INPUT_TOKENS,
+        output_tokens=OUTPUT_TOKENS,
+        within_max_tokens=True,
     )
 
 
 def _looping_agent(loopback: LoopbackServer) -> tuple[Agent[None, str], openai.AsyncOpenAI]:
-    """The one agent of the side by side: gpt-4o on the loopback provider, a tool it keeps
-    calling, ``max_tokens`` of its own."""
+    """The one agent of the side by side: gpt-4o on the loopback provider, ``max_tokens`` of its
+    own, and an output validator that asks the model again after every answer."""
     config = ModelClientConfig(max_attempts=1, timeout_seconds=10.0, base_url=loopback.openai_url)
     client = async_openai_client(config, api_key="test")
     model = OpenAIChatModel(MODEL, provider=OpenAIProvider(openai_client=client))
-    agent: Agent[None, str] = Agent(model, model_settings={"max_tokens": MAX_TOKENS})
+    agent: Agent[None, str] = Agent(
+        model, model_settings={"max_tokens": MAX_TOKENS}, retries={"output": ANSWERS}
+    )
 
-    @agent.tool_plain
-    def logs(q: str) -> str:
-        return f"no errors for {q}"
+    @agent.output_validator
+    def keep_asking(output: str) -> str:
+        raise ModelRetry(f"{output!r} names no root cause: look again")
 
     return agent, client
 
@@ -123,4 +131,61 @@ def test_pydantic_ais_cost_limit_ends_the_run_past_its_limit(loopback: LoopbackS
     assert loopback.count == 3
     assert [seen.body["max_completion_tokens"] for seen in loopback.requests] == [MAX_TOKENS] * 3
     assert _spent(loopback) == Decimal("1.20") > LIMIT
+    _bounded(client.close())
+
+
+def _money_run(**limits: Any) -> RunContext:
+    values: dict[str, Any] = {
+        "model_calls": 20,
+        "tool_calls": 20,
+        "per_tool_calls": 20,
+        "input_tokens": 1_000_000,
+        "output_tokens": 1_000_000,
+        "total_tokens": 2_000_000,
+        "run_bytes": 1_000_000,
+        "cost": LIMIT,
+        **limits,
+    }
+    return RunContext.create(
+        session_id="s-1",
+        run_id="run-money",
+        limits=BudgetLimits(**values),
+        timeout=60,
+        clock=ManualClock(),
+    )
+
+
+def test_harness_capability_never_lets_settled_and_held_pass_the_limit(
+    loopback: LoopbackServer,
+) -> None:
+    """The same agent under ``HarnessCapability``: settled + held is read by the provider as each
+    request arrives (its hold placed, not yet settled), and is never above $1.00."""
+    _paid_answers(loopback)
+    ctx = _money_run()
+    at_arrival: list[tuple[Decimal, Decimal]] = []  # (settled, held) as each request arrived
+
+    def observe(seen: SeenRequest) -> None:
+        usage = ctx.budget.snapshot()
+        at_arrival.append((usage.cost, usage.cost_held))
+
+    loopback.on_request = observe
+    agent, client = _looping_agent(loopback)
+    capability = HarnessCapability(ctx, prices=PRICES)
+
+    with pytest.raises(BudgetExhausted) as exhausted:
+        _bounded(agent.run("why is checkout slow?", capabilities=[capability]))
+
+    assert exhausted.value.dimension is BudgetDimension.COST
+    assert ctx.lifecycle.state is RunState.BUDGET_EXHAUSTED
+    assert all(settled + held <= LIMIT for settled, held in at_arrival)
+    usage = ctx.budget.snapshot()
+    assert usage.cost_held == 0
+    assert usage.cost == _spent(loopback) <= LIMIT
+    assert usage.cost > 2 * WORTH  # the third request ran, lowered
+    sent = [seen.body["max_completion_tokens"] for seen in loopback.requests]
+    assert len(sent) == 3
+    assert sent[:2] == [MAX_TOKENS, MAX_TOKENS]  # two whole answers fit in $1.00 ...
+    assert sent[2] < OUTPUT_TOKENS  # ... the third only with max_tokens lowered
+    assert [charge.lowered for charge in capability.charges] == [False, False, True]
+    assert [charge.max_tokens for charge in capability.charges] == sent
     _bounded(client.close())

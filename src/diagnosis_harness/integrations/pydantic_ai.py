@@ -51,7 +51,15 @@ from .._errors import RunTerminated
 from .._generated.tables import RunState
 from ._agent_endings import agent_run_ending, refused_tool_call
 from ._extras import missing_extra
-from ._model_call import ModelCall, TokenUsage
+from ._model_call import (
+    DEFAULT_MAX_TOKENS,
+    ModelCall,
+    ModelCharge,
+    ModelRequest,
+    ModelReservation,
+    TokenUsage,
+    input_bound,
+)
 from ._tools import DEFAULT_KEY_PREFIX, DEFAULT_TOOL_POLICY, GovernedTools
 
 try:
@@ -59,8 +67,14 @@ try:
     from pydantic_ai import Agent
     from pydantic_ai.capabilities import AbstractCapability, CapabilityOrdering
     from pydantic_ai.exceptions import SkipToolExecution
-    from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelMessagesTypeAdapter,
+        ModelResponse,
+        ToolCallPart,
+    )
     from pydantic_ai.models.wrapper import WrapperModel
+    from pydantic_ai.settings import merge_model_settings
 except ImportError as error:  # pragma: no cover - the extra is installed wherever tests run
     if error.name not in ("pydantic_ai", "pydantic_core"):
         raise
@@ -91,11 +105,13 @@ if TYPE_CHECKING:
     from pydantic_ai.settings import ModelSettings
     from pydantic_ai.tools import RunContext as AgentRunContext
     from pydantic_ai.tools import ToolDefinition
+    from pydantic_ai.usage import RequestUsage
 
     from .._context import RunContext
     from .._failure import FailureKind
     from .._retry import Classifier, HarnessRetryExecutor
     from .._retry_policy import RetryPolicy
+    from ..pricing import Prices
     from .otel import CurrentSpan
 
 __all__ = ["HarnessCapability", "HarnessSpanAttributes", "tool_result_bytes"]
@@ -145,6 +161,15 @@ class HarnessCapability(AbstractCapability[Any]):
     ``tool_policy`` is the retry policy tool calls run under (a name in ``ctx.retry_policies``),
     ``key_prefix`` the first segment of their Tool Call keys, ``classifier`` maps a tool's
     exceptions to kinds for that policy. All are checked here: a bad one raises at construction.
+
+    ``prices`` (``GenaiPrices()``, a ``PriceTable``) prices every model request: before it is
+    sent, its worst case -- a bound on its input (the UTF-8 bytes of its messages, instructions
+    and tool definitions) at the input price, plus its ``max_tokens`` at the output price -- is
+    held against the run's money limit (``BudgetLimits(cost=...)``), and the response's usage,
+    priced exactly, settles it. Required when the run has a money limit (a ``ValueError`` here).
+    Under a money limit a request without ``max_tokens`` (pydantic-ai's ``model_settings``) is
+    sent with ``default_max_tokens``, and one whose ``max_tokens`` the money left cannot pay for
+    is sent with it lowered to what it can (:attr:`charges` says so).
     """
 
     ctx: RunContext
@@ -152,6 +177,8 @@ class HarnessCapability(AbstractCapability[Any]):
     key_prefix: str = DEFAULT_KEY_PREFIX
     classifier: Classifier | None = None
     finishes_run: bool = True
+    prices: Prices | None = None
+    default_max_tokens: int = DEFAULT_MAX_TOKENS
     _tools: GovernedTools = field(init=False, repr=False)
     _model_call: ModelCall = field(init=False, repr=False)
 
@@ -166,7 +193,13 @@ class HarnessCapability(AbstractCapability[Any]):
             measure=tool_result_bytes,
         )
         # pydantic-ai retries model requests itself: no policy; the executor is the tools'.
-        self._model_call = ModelCall(self.ctx, policy=None, executor=self._tools.executor)
+        self._model_call = ModelCall(
+            self.ctx,
+            policy=None,
+            executor=self._tools.executor,
+            prices=self.prices,
+            default_max_tokens=self.default_max_tokens,
+        )
 
     @property
     def tools(self) -> GovernedTools:
@@ -177,6 +210,12 @@ class HarnessCapability(AbstractCapability[Any]):
     def executor(self) -> HarnessRetryExecutor:
         """The executor the tool calls run under: its ``executions`` are their attempts."""
         return self._tools.executor
+
+    @property
+    def charges(self) -> tuple[ModelCharge, ...]:
+        """The priced model requests, in order: what each held, the ``max_tokens`` it was sent
+        with (and whether the money left lowered it), what it settled. Empty without ``prices``."""
+        return self._model_call.charges
 
     def tool_call_key(self, tool_call_id: str) -> str:
         """The Tool Call key of a tool call (a tool reads its ID from ``ctx.tool_call_id``)."""
@@ -293,12 +332,12 @@ class _GovernedAttemptModel(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
-        with self._model_call.reserve(_CALL_NAME) as reservation:
+        request = self._priced(messages, model_settings, model_request_parameters)
+        with self._model_call.reserve(_CALL_NAME, request) as reservation:
             response = await self.wrapped.request(
-                messages, model_settings, model_request_parameters
+                messages, _sent_settings(model_settings, reservation), model_request_parameters
             )
-            usage = response.usage
-            reservation.record(TokenUsage(usage.input_tokens, usage.output_tokens))
+            reservation.record_response(response, _usage_of)
         self._check_tool_calls(response, model_request_parameters)
         return response
 
@@ -310,16 +349,46 @@ class _GovernedAttemptModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
         run_context: AgentRunContext[Any] | None = None,
     ) -> AsyncIterator[StreamedResponse]:
-        with self._model_call.reserve(_CALL_NAME) as reservation:
+        request = self._priced(messages, model_settings, model_request_parameters)
+        with self._model_call.reserve(_CALL_NAME, request) as reservation:
             async with self.wrapped.request_stream(
-                messages, model_settings, model_request_parameters, run_context
+                messages,
+                _sent_settings(model_settings, reservation),
+                model_request_parameters,
+                run_context,
             ) as stream:
                 try:
                     yield stream
                 finally:  # what the stream received so far: also when cut, or its consumer left
-                    usage = stream.usage
-                    reservation.record(TokenUsage(usage.input_tokens, usage.output_tokens))
+                    reservation.end_stream(_StreamUsage(stream.usage), complete=False)
                 self._check_tool_calls(stream.get(), model_request_parameters)
+
+    def _priced(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        parameters: ModelRequestParameters,
+    ) -> ModelRequest | None:
+        """What a priced request's worst case is computed from; ``None`` when not priced.
+
+        The input bound covers what the request sends: the messages (the instructions are in
+        them) and the request's parameters (the tool definitions and their schemas, the output
+        tools); ``max_tokens`` is the one the wrapped model would send (its own settings, under
+        the run's).
+        """
+        if self._model_call.prices is None:
+            return None
+        payload = {
+            "messages": ModelMessagesTypeAdapter.dump_python(messages, mode="json"),
+            "parameters": pydantic_core.to_jsonable_python(parameters, fallback=str),
+        }
+        settings = merge_model_settings(self.wrapped.settings, model_settings) or {}
+        return ModelRequest(
+            model=self.wrapped.model_name,
+            input_bound=input_bound(payload),
+            max_tokens=settings.get("max_tokens"),
+            provider=self.wrapped.system or None,
+        )
 
     def _check_tool_calls(
         self, response: ModelResponse, parameters: ModelRequestParameters
@@ -331,6 +400,55 @@ class _GovernedAttemptModel(WrapperModel):
                     tools = {tool.name for tool in parameters.function_tools}
                 if part.tool_name in tools:
                     self._tools.key_for(part.tool_name, part.tool_call_id)
+
+
+def _sent_settings(
+    settings: ModelSettings | None, reservation: ModelReservation
+) -> ModelSettings | None:
+    """The request's settings with the reservation's ``max_tokens`` (the default, or lowered to
+    what the money left can pay for); unchanged when it adds nothing."""
+    max_tokens = reservation.max_tokens
+    if max_tokens is None:
+        return settings
+    sent: ModelSettings = {**(settings or {}), "max_tokens": max_tokens}
+    return sent
+
+
+def _reported(usage: RequestUsage) -> TokenUsage | None:
+    """A ``RequestUsage`` as the run records it; ``None`` when the provider omitted it."""
+    if usage.unmeasured_requests:
+        return None
+    return TokenUsage(usage.input_tokens, usage.output_tokens)
+
+
+def _usage_of(response: ModelResponse) -> TokenUsage | None:
+    return _reported(response.usage)
+
+
+@final
+class _StreamUsage:
+    """A pydantic-ai stream's usage when it ends: what its chunks reported, if anything.
+
+    ``None`` when nothing was received (a stream cut before the provider's usage chunk): a
+    priced hold then stays at its worst case. The stream ends with ``complete=False`` whatever
+    its end: pydantic-ai's consumer may stop reading once it has its output, and a stream
+    records what it received rather than raising for a usage it lacks.
+    """
+
+    __slots__ = ("_usage",)
+
+    def __init__(self, usage: RequestUsage) -> None:
+        self._usage = _reported(usage) if usage.has_values() else None
+
+    def observe(self, chunk: object, /) -> None:
+        """The stream's usage is read once, at its end."""
+
+    @property
+    def final(self) -> bool:
+        return self._usage is not None
+
+    def usage(self) -> TokenUsage | None:
+        return self._usage
 
 
 @final
