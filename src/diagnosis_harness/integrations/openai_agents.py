@@ -67,7 +67,16 @@ from ._arguments import checked_ctx
 from ._chat import ChatResponse
 from ._classify import classify_openai
 from ._extras import missing_extra
-from ._model_call import Chat, ModelCall, ModelReservation, TokenUsage
+from ._model_call import (
+    DEFAULT_MAX_TOKENS,
+    Chat,
+    ModelCall,
+    ModelCharge,
+    ModelRequest,
+    ModelReservation,
+    TokenUsage,
+    input_bound,
+)
 from ._tools import GovernedTools, _budget_key
 
 try:
@@ -78,6 +87,8 @@ try:
         ModelProvider,
         ModelRetrySettings,
         ModelSettings,
+        OpenAIChatCompletionsModel,
+        OpenAIResponsesModel,
         RunConfig,
         Runner,
         RunResult,
@@ -108,11 +119,13 @@ if TYPE_CHECKING:
     from .._context import RunContext
     from .._retry import Classifier, HarnessRetryExecutor
     from .._retry_policy import RetryPolicy
+    from ..pricing import Prices
     from .otel import HarnessTracing
 
 __all__ = [
     "governed_tool",
     "harness_run_config",
+    "model_charges",
     "run_governed",
     "run_governed_streamed",
 ]
@@ -163,6 +176,90 @@ class _Governance:
             if isinstance(item, ResponseFunctionToolCall):
                 self.tools.key_for(item.name, item.call_id)
 
+    def priced(self, model: Model, request: _Request) -> ModelRequest | None:
+        """What a priced request's worst case is computed from; ``None`` when not priced.
+
+        The input bound covers everything the request sends as input: the instructions, the
+        input items, the tools' names, descriptions and schemas, the handoffs' and the output
+        schema. A request that continues a conversation the provider keeps
+        (``previous_response_id``, ``conversation_id``) or a stored prompt (``prompt``) sends
+        input the request does not carry, which nothing here can bound: refused, priced.
+        """
+        if self.model_call.prices is None:
+            return None
+        unbounded = [
+            name
+            for name, value in (
+                ("previous_response_id", request.previous_response_id),
+                ("conversation_id", request.conversation_id),
+                ("prompt", request.prompt),
+            )
+            if value is not None
+        ]
+        if unbounded:
+            raise ValueError(
+                f"a priced request cannot be sent with {', '.join(unbounded)}: the provider adds "
+                "input the request does not carry, so its worst case has no bound; send the "
+                "whole conversation as the input (the SDK's default), or run without prices"
+            )
+        output = request.output_schema
+        payload = {
+            "instructions": request.system_instructions,
+            "input": request.input,
+            "tools": [_tool_payload(tool) for tool in request.tools],
+            "handoffs": [
+                [handoff.tool_name, handoff.tool_description, handoff.input_json_schema]
+                for handoff in request.handoffs
+            ],
+            "output": None if output is None or output.is_plain_text() else output.json_schema(),
+        }
+        openai = isinstance(model, (OpenAIChatCompletionsModel, OpenAIResponsesModel))
+        return ModelRequest(
+            model=_model_name(model),
+            input_bound=input_bound(payload),
+            max_tokens=request.model_settings.max_tokens,
+            provider="openai" if openai else None,
+        )
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _Request:
+    """One call of the SDK's ``Model`` interface: what it sends, as the SDK hands it over."""
+
+    system_instructions: str | None
+    input: str | list[TResponseInputItem]
+    model_settings: ModelSettings
+    tools: list[Tool]
+    output_schema: AgentOutputSchemaBase | None
+    handoffs: list[Handoff]
+    tracing: ModelTracing
+    previous_response_id: str | None
+    conversation_id: str | None
+    prompt: ResponsePromptParam | None
+
+    def settings(self, reservation: ModelReservation) -> ModelSettings:
+        """The settings to send: with the reservation's ``max_tokens`` (the default, or lowered
+        to what the money left can pay for), or unchanged when it adds nothing."""
+        max_tokens = reservation.max_tokens
+        if max_tokens is None or max_tokens == self.model_settings.max_tokens:
+            return self.model_settings
+        return dataclasses.replace(self.model_settings, max_tokens=max_tokens)
+
+
+def _tool_payload(tool: Tool) -> object:
+    """What a tool adds to a request's input: a function tool's name, description and schema;
+    another (hosted) tool's fields as its dataclass holds them."""
+    if isinstance(tool, FunctionTool):
+        return [tool.name, tool.description, tool.params_json_schema]
+    if dataclasses.is_dataclass(tool):
+        return {
+            field.name: getattr(tool, field.name)
+            for field in dataclasses.fields(tool)
+            if not callable(getattr(tool, field.name))
+        }
+    return repr(tool)
+
 
 def _usage_of(response: Any) -> TokenUsage:
     return TokenUsage(response.usage.input_tokens, response.usage.output_tokens)
@@ -212,24 +309,37 @@ class _GovernedAgentsModel(Model):
         governance = self._governance
         model_call = governance.model_call
         governance.check_tools(tools)
-
-        def send() -> Awaitable[ModelResponse]:
-            return self._inner.get_response(
-                system_instructions,
-                input,
-                model_settings,
-                tools,
-                output_schema,
-                handoffs,
-                tracing,
-                previous_response_id=previous_response_id,
-                conversation_id=conversation_id,
-                prompt=prompt,
-            )
+        request = _Request(
+            system_instructions=system_instructions,
+            input=input,
+            model_settings=model_settings,
+            tools=tools,
+            output_schema=output_schema,
+            handoffs=handoffs,
+            tracing=tracing,
+            previous_response_id=previous_response_id,
+            conversation_id=conversation_id,
+            prompt=prompt,
+        )
+        priced = governance.priced(self._inner, request)
 
         async def attempt() -> ModelResponse:
-            with model_call.reserve(_CALL_NAME) as reservation:
-                response = await model_call.request_async(send)
+            with model_call.reserve(_CALL_NAME, priced) as reservation:
+                settings = request.settings(reservation)
+                response = await model_call.request_async(
+                    lambda: self._inner.get_response(
+                        system_instructions,
+                        input,
+                        settings,
+                        tools,
+                        output_schema,
+                        handoffs,
+                        tracing,
+                        previous_response_id=previous_response_id,
+                        conversation_id=conversation_id,
+                        prompt=prompt,
+                    )
+                )
                 return reservation.record_response(response, _usage_of)
 
         chat = Chat(_model_name(self._inner), usage_of=_usage_of, response_of=_response_of)
@@ -265,16 +375,29 @@ class _GovernedAgentsModel(Model):
         governance = self._governance
         model_call = governance.model_call
         governance.check_tools(tools)
+        request = _Request(
+            system_instructions=system_instructions,
+            input=input,
+            model_settings=model_settings,
+            tools=tools,
+            output_schema=output_schema,
+            handoffs=handoffs,
+            tracing=tracing,
+            previous_response_id=previous_response_id,
+            conversation_id=conversation_id,
+            prompt=prompt,
+        )
+        priced = governance.priced(self._inner, request)
         events: AsyncIterator[TResponseStreamEvent] | None = None
         reservation: ModelReservation | None = None
 
         async def attempt() -> TResponseStreamEvent:
             nonlocal events, reservation
-            with model_call.reserve(_CALL_NAME) as reservation:
+            with model_call.reserve(_CALL_NAME, priced) as reservation:
                 events = opened = self._inner.stream_response(
                     system_instructions,
                     input,
-                    model_settings,
+                    request.settings(reservation),
                     tools,
                     output_schema,
                     handoffs,
@@ -470,6 +593,8 @@ def harness_run_config(
     executor: HarnessRetryExecutor | None = None,
     classifier: Classifier | None = None,
     tracing: HarnessTracing | None = None,
+    prices: Prices | None = None,
+    default_max_tokens: int = DEFAULT_MAX_TOKENS,
     **kw: Any,
 ) -> RunConfig:
     """A ``RunConfig`` under which an agent run's Model and Tool calls are the run's ``ctx``'s.
@@ -484,6 +609,19 @@ def harness_run_config(
     streams. ``call_model_input_filter`` is the harness's and refused. ``tracing`` (a
     ``HarnessTracing``, the ``otel`` extra) gives each Model attempt a ``chat`` span and each Tool
     call an ``execute_tool`` span (the SDK's own tracing is not OpenTelemetry's: nothing doubles).
+
+    ``prices`` (``GenaiPrices()``, a ``PriceTable``) prices every Model call: before each
+    request its worst case -- a bound on its input (the UTF-8 bytes of its instructions, input
+    items, tools, handoffs and output schema) at the input price, plus its ``max_tokens`` at the
+    output price -- is held against the run's money limit (``BudgetLimits(cost=...)``), and the
+    response's usage, priced exactly, settles it (a stream's at its end; one cut before its
+    usage arrived keeps its worst case). Required when the run has a money limit. Under a money
+    limit a request without ``model_settings.max_tokens`` is sent with ``default_max_tokens``,
+    and one whose ``max_tokens`` the money left cannot pay for is sent with it lowered to what it
+    can (:func:`model_charges` says so). A priced request that continues a conversation the
+    provider keeps (``previous_response_id``, ``conversation_id``) or uses a stored ``prompt`` is
+    refused (``ValueError``): its input cannot be bounded.
+
     Everything is checked here; nothing changes the run.
     """
     checked_ctx(ctx)
@@ -500,6 +638,8 @@ def harness_run_config(
         default_classifier=classify_openai,
         tracing=tracing,
         provider="openai",
+        prices=prices,
+        default_max_tokens=default_max_tokens,
     )
     tools = GovernedTools(ctx, policy=tool_policy, executor=model_call.executor, tracing=tracing)
     governance = _Governance(model_call, tools)
@@ -548,6 +688,13 @@ def harness_run_config(
         model_settings=settings,
         call_model_input_filter=check_agent_model,
     )
+
+
+def model_charges(run_config: RunConfig) -> tuple[ModelCharge, ...]:
+    """The priced Model calls of ``run_config`` (:func:`harness_run_config` with ``prices``), in
+    order: what each held, the ``max_tokens`` it was sent with (and whether the money left
+    lowered it), what it settled. Empty without ``prices``."""
+    return _governance_of(run_config, "run_config").model_call.charges
 
 
 def _harness_error(error: BaseException) -> RunTerminated | None:
