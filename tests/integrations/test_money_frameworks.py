@@ -25,27 +25,34 @@ Measured:
 from __future__ import annotations
 
 import asyncio
+import re
+import threading
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.exceptions import ModelRetry, UsageLimitExceeded
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
-from pydantic_ai.usage import UsageLimits
+from pydantic_ai.usage import RequestUsage, UsageLimits
 
 from diagnosis_harness import (
     BudgetDimension,
     BudgetExhausted,
     BudgetLimits,
+    CancellationReason,
     ManualClock,
+    RunCancelled,
     RunContext,
     RunState,
 )
 from diagnosis_harness.integrations import ModelClientConfig, async_openai_client
+from diagnosis_harness.integrations._model_call import DEFAULT_MAX_TOKENS
 from diagnosis_harness.integrations.pydantic_ai import HarnessCapability
-from diagnosis_harness.pricing import GenaiPrices
+from diagnosis_harness.pricing import GenaiPrices, ModelPrice, PriceTable, UnknownPrice
 from racing import BOUND
 
 from .loopback import LoopbackServer, Reply, SeenRequest
@@ -60,6 +67,7 @@ PRICES = GenaiPrices()
 PRICE = PRICES.model_price(MODEL, provider="openai")
 WORTH = Decimal("0.40")  # what every answer's usage costs, by genai-prices' data
 LIMIT = Decimal("1.00")
+ZERO = Decimal(0)
 INPUT_TOKENS = 40  # fewer than the bytes of any request the agent sends: a usage it can report
 # The output tokens that make the answer worth WORTH exactly (39,990 for gpt-4o's $2.50 / $10).
 OUTPUT_TOKENS = int(
@@ -188,4 +196,170 @@ def test_harness_capability_never_lets_settled_and_held_pass_the_limit(
     assert sent[2] < OUTPUT_TOKENS  # ... the third only with max_tokens lowered
     assert [charge.lowered for charge in capability.charges] == [False, False, True]
     assert [charge.max_tokens for charge in capability.charges] == sent
+    _bounded(client.close())
+
+
+# -- pydantic-ai: HarnessCapability(prices=...), offline through its function model --------------
+
+SCRIPTED = "function:answer:"  # FunctionModel(answer)'s model name, priced by a PriceTable
+TABLE_PRICE = ModelPrice(input_per_mtok=Decimal("2"), output_per_mtok=Decimal("8"))
+TABLE = PriceTable({SCRIPTED: TABLE_PRICE})
+
+
+def _sent_max_tokens(info: AgentInfo) -> object:
+    """The ``max_tokens`` a request was sent with (``None``: none)."""
+    return (info.model_settings or {}).get("max_tokens")
+
+
+def _scripted_agent(seen: list[AgentInfo], **agent: Any) -> Agent[None, str]:
+    """A function model answering once, its usage 300 in / 50 out; ``seen`` gets what each
+    request was sent with (its model settings)."""
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(info)
+        return ModelResponse(
+            parts=[TextPart("disk full")], usage=RequestUsage(input_tokens=300, output_tokens=50)
+        )
+
+    return Agent(FunctionModel(answer), **agent)
+
+
+def test_a_priced_request_holds_its_worst_case_and_settles_its_actual_cost() -> None:
+    ctx = _money_run(cost=Decimal("5"))
+    seen: list[AgentInfo] = []
+    capability = HarnessCapability(ctx, prices=TABLE)
+
+    result = _bounded(_scripted_agent(seen).run("why?", capabilities=[capability]))
+
+    assert result.output == "disk full"
+    assert ctx.lifecycle.state is RunState.SUCCESS
+    (charge,) = capability.charges
+    # A request without max_tokens, under a money limit, is sent with the default.
+    assert charge.max_tokens == DEFAULT_MAX_TOKENS == _sent_max_tokens(seen[0])
+    assert not charge.lowered
+    assert charge.held > TABLE_PRICE.cost(input_tokens=300, output_tokens=DEFAULT_MAX_TOKENS)
+    assert charge.cost == TABLE_PRICE.cost(input_tokens=300, output_tokens=50)
+    usage = ctx.budget.snapshot()
+    assert (usage.cost, usage.cost_held) == (charge.cost, ZERO)
+    assert (usage.input_tokens, usage.output_tokens) == (300, 50)
+
+
+def test_the_models_own_max_tokens_is_held_and_sent() -> None:
+    ctx = _money_run(cost=Decimal("5"))
+    seen: list[AgentInfo] = []
+    capability = HarnessCapability(ctx, prices=TABLE)
+
+    _bounded(
+        _scripted_agent(seen, model_settings={"max_tokens": 700}).run(
+            "why?", capabilities=[capability]
+        )
+    )
+
+    (charge,) = capability.charges
+    assert charge.max_tokens == 700 == _sent_max_tokens(seen[0])
+
+
+def test_max_tokens_is_lowered_to_what_the_money_left_can_pay_for() -> None:
+    # $0.01 pays for the input bound and well under the default 4,096 output tokens at $8/M.
+    ctx = _money_run(cost=Decimal("0.01"))
+    seen: list[AgentInfo] = []
+    capability = HarnessCapability(ctx, prices=TABLE)
+
+    _bounded(_scripted_agent(seen).run("why?", capabilities=[capability]))
+
+    (charge,) = capability.charges
+    assert charge.lowered
+    assert charge.max_tokens is not None
+    assert 50 <= charge.max_tokens < DEFAULT_MAX_TOKENS
+    assert _sent_max_tokens(seen[0]) == charge.max_tokens
+    assert charge.held <= Decimal("0.01")
+    assert ctx.budget.snapshot().cost == charge.cost
+
+
+def test_an_unknown_price_is_refused_before_the_request_is_sent() -> None:
+    ctx = _money_run()
+    seen: list[AgentInfo] = []
+    capability = HarnessCapability(ctx, prices=PriceTable({}))
+
+    with pytest.raises(UnknownPrice, match=re.escape(repr(SCRIPTED))):
+        _bounded(_scripted_agent(seen).run("why?", capabilities=[capability]))
+
+    assert seen == []
+    usage = ctx.budget.snapshot()
+    assert (usage.model_calls, usage.cost, usage.cost_held) == (0, ZERO, ZERO)
+
+
+def test_a_money_limit_without_prices_is_refused_at_construction() -> None:
+    with pytest.raises(ValueError, match="prices is required"):
+        HarnessCapability(_money_run())
+
+
+def test_without_a_money_limit_the_cost_is_tracked_and_nothing_is_added_to_the_request() -> None:
+    ctx = _money_run(cost=None)
+    seen: list[AgentInfo] = []
+    capability = HarnessCapability(ctx, prices=TABLE)
+
+    _bounded(_scripted_agent(seen).run("why?", capabilities=[capability]))
+
+    (charge,) = capability.charges
+    assert charge.max_tokens is None
+    assert _sent_max_tokens(seen[0]) is None
+    assert ctx.budget.snapshot().cost == TABLE_PRICE.cost(input_tokens=300, output_tokens=50)
+
+
+def test_a_priced_stream_settles_at_its_end(loopback: LoopbackServer) -> None:
+    loopback.script(Reply(text="disk full", input_tokens=INPUT_TOKENS, output_tokens=900))
+    ctx = _money_run()
+    config = ModelClientConfig(max_attempts=1, timeout_seconds=10.0, base_url=loopback.openai_url)
+    client = async_openai_client(config, api_key="test")
+    agent: Agent[None, str] = Agent(
+        OpenAIChatModel(MODEL, provider=OpenAIProvider(openai_client=client))
+    )
+    capability = HarnessCapability(ctx, prices=PRICES)
+
+    async def streamed() -> str:
+        async with agent.run_stream("why?", capabilities=[capability]) as result:
+            return await result.get_output()
+
+    assert _bounded(streamed()) == "disk full"
+    assert loopback.requests[0].body["max_completion_tokens"] == DEFAULT_MAX_TOKENS
+    usage = ctx.budget.snapshot()
+    assert usage.cost == PRICE.cost(input_tokens=INPUT_TOKENS, output_tokens=900)
+    assert usage.cost_held == 0
+    _bounded(client.close())
+
+
+def test_a_stream_cut_before_its_usage_keeps_its_worst_case_held(loopback: LoopbackServer) -> None:
+    stall = threading.Event()
+    loopback.script(Reply(text="disk full, maybe", stall=stall, stall_after_events=2))
+    ctx = _money_run()
+    config = ModelClientConfig(max_attempts=1, timeout_seconds=10.0, base_url=loopback.openai_url)
+    client = async_openai_client(config, api_key="test")
+    agent: Agent[None, str] = Agent(
+        OpenAIChatModel(MODEL, provider=OpenAIProvider(openai_client=client))
+    )
+    capability = HarnessCapability(ctx, prices=PRICES)
+
+    async def streamed() -> str:
+        async with agent.run_stream("why?", capabilities=[capability]) as result:
+            return await result.get_output()
+
+    def cancel_when_stalled() -> None:
+        loopback.wait_for_stalled()
+        ctx.cancellation.cancel(CancellationReason.CLIENT_DISCONNECTED)
+        stall.set()
+
+    canceller = threading.Thread(target=cancel_when_stalled)
+    canceller.start()
+    try:
+        with pytest.raises(RunCancelled):
+            _bounded(streamed())
+    finally:
+        canceller.join(BOUND)
+
+    (charge,) = capability.charges
+    assert charge.cost is None  # never settled: the cut request may have been billed
+    usage = ctx.budget.snapshot()
+    assert (usage.cost, usage.cost_held) == (ZERO, charge.held)
+    assert charge.held > 0
     _bounded(client.close())
