@@ -27,10 +27,15 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+from dataclasses import replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from agents import Agent as AgentsAgent
+from agents import ModelSettings as AgentsModelSettings
+from agents import set_tracing_disabled
+from agents.models.openai_provider import OpenAIProvider as AgentsOpenAIProvider
 from pydantic_ai import Agent
 from pydantic_ai.exceptions import ModelRetry, UsageLimitExceeded
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
@@ -51,6 +56,12 @@ from diagnosis_harness import (
 )
 from diagnosis_harness.integrations import ModelClientConfig, async_openai_client
 from diagnosis_harness.integrations._model_call import DEFAULT_MAX_TOKENS
+from diagnosis_harness.integrations.openai_agents import (
+    harness_run_config,
+    model_charges,
+    run_governed,
+    run_governed_streamed,
+)
 from diagnosis_harness.integrations.pydantic_ai import HarnessCapability
 from diagnosis_harness.pricing import GenaiPrices, ModelPrice, PriceTable, UnknownPrice
 from racing import BOUND
@@ -58,9 +69,12 @@ from racing import BOUND
 from .loopback import LoopbackServer, Reply, SeenRequest
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine
+    from collections.abc import Callable, Coroutine
 
     import openai
+    from agents import RunConfig
+
+set_tracing_disabled(True)  # the SDK would otherwise try to export traces to OpenAI
 
 MODEL = "gpt-4o"
 PRICES = GenaiPrices()
@@ -163,6 +177,19 @@ def _money_run(**limits: Any) -> RunContext:
     )
 
 
+def _money_at_arrival(
+    ctx: RunContext, at_arrival: list[tuple[Decimal, Decimal]]
+) -> Callable[[SeenRequest], None]:
+    """The provider's ``on_request``: the run's (settled, held) money as each request arrives,
+    its hold placed and not settled yet (one snapshot: one consistent reading)."""
+
+    def observe(seen: SeenRequest) -> None:
+        usage = ctx.budget.snapshot()
+        at_arrival.append((usage.cost, usage.cost_held))
+
+    return observe
+
+
 def test_harness_capability_never_lets_settled_and_held_pass_the_limit(
     loopback: LoopbackServer,
 ) -> None:
@@ -171,12 +198,7 @@ def test_harness_capability_never_lets_settled_and_held_pass_the_limit(
     _paid_answers(loopback)
     ctx = _money_run()
     at_arrival: list[tuple[Decimal, Decimal]] = []  # (settled, held) as each request arrived
-
-    def observe(seen: SeenRequest) -> None:
-        usage = ctx.budget.snapshot()
-        at_arrival.append((usage.cost, usage.cost_held))
-
-    loopback.on_request = observe
+    loopback.on_request = _money_at_arrival(ctx, at_arrival)
     agent, client = _looping_agent(loopback)
     capability = HarnessCapability(ctx, prices=PRICES)
 
@@ -363,3 +385,138 @@ def test_a_stream_cut_before_its_usage_keeps_its_worst_case_held(loopback: Loopb
     assert (usage.cost, usage.cost_held) == (ZERO, charge.held)
     assert charge.held > 0
     _bounded(client.close())
+
+
+# -- openai-agents: harness_run_config(prices=...), through the loopback provider ----------------
+
+
+def _agents_config(ctx: RunContext, loopback: LoopbackServer, **kw: Any) -> RunConfig:
+    client = async_openai_client(ModelClientConfig(base_url=loopback.openai_url), api_key="test")
+    provider = AgentsOpenAIProvider(openai_client=client, use_responses=False)
+    return harness_run_config(ctx, model_provider=provider, model=MODEL, **kw)
+
+
+def test_an_agents_request_holds_its_worst_case_then_settles_its_actual_cost(
+    loopback: LoopbackServer,
+) -> None:
+    loopback.script(Reply(text="disk full", input_tokens=INPUT_TOKENS, output_tokens=900))
+    ctx = _money_run()
+    at_arrival: list[tuple[Decimal, Decimal]] = []
+    loopback.on_request = _money_at_arrival(ctx, at_arrival)
+    config = _agents_config(ctx, loopback, prices=PRICES)
+
+    result = asyncio.run(run_governed(AgentsAgent(name="diag"), "why?", run_config=config))
+
+    assert result.final_output == "disk full"
+    (charge,) = model_charges(config)
+    assert charge.model == MODEL
+    assert charge.provider == "openai"
+    assert loopback.requests[0].body["max_tokens"] == charge.max_tokens == DEFAULT_MAX_TOKENS
+    assert at_arrival == [(ZERO, charge.held)]  # held while the request was in flight
+    assert charge.held > PRICE.cost(input_tokens=0, output_tokens=DEFAULT_MAX_TOKENS)
+    assert charge.cost == PRICE.cost(input_tokens=INPUT_TOKENS, output_tokens=900)
+    usage = ctx.budget.snapshot()
+    assert (usage.cost, usage.cost_held) == (charge.cost, ZERO)
+    assert ctx.lifecycle.state is RunState.SUCCESS
+
+
+def test_an_agents_request_is_sent_with_max_tokens_lowered_to_what_is_left(
+    loopback: LoopbackServer,
+) -> None:
+    answer = Reply(text="disk full", input_tokens=INPUT_TOKENS, output_tokens=900)
+    loopback.script(replace(answer, within_max_tokens=True))
+    ctx = _money_run(cost=Decimal("0.01"))  # $10 per million output tokens: under 1,000
+    config = _agents_config(
+        ctx, loopback, prices=PRICES, model_settings=AgentsModelSettings(max_tokens=2_000)
+    )
+
+    asyncio.run(run_governed(AgentsAgent(name="diag"), "why?", run_config=config))
+
+    (charge,) = model_charges(config)
+    assert charge.lowered
+    assert charge.max_tokens is not None
+    assert charge.max_tokens < 1_000
+    assert loopback.requests[0].body["max_tokens"] == charge.max_tokens
+    assert charge.cost is not None
+    assert ctx.budget.snapshot().cost == charge.cost <= Decimal("0.01")
+
+
+def test_an_agents_stream_settles_at_its_end(loopback: LoopbackServer) -> None:
+    loopback.script(Reply(text="disk full", input_tokens=INPUT_TOKENS, output_tokens=900))
+    ctx = _money_run()
+    config = _agents_config(ctx, loopback, prices=PRICES)
+
+    asyncio.run(run_governed_streamed(AgentsAgent(name="diag"), "why?", run_config=config))
+
+    (charge,) = model_charges(config)
+    assert charge.cost == PRICE.cost(input_tokens=INPUT_TOKENS, output_tokens=900)
+    assert ctx.budget.snapshot().cost_held == ZERO
+
+
+def test_an_agents_stream_cut_before_its_completed_event_keeps_its_worst_case_held(
+    loopback: LoopbackServer,
+) -> None:
+    """The SDK reports a stream's usage in its completed event only: a stream cut before it
+    received none, so its hold stays at the worst case (the request may have been billed), and
+    its reservation ends cleanly -- settled once, nothing raised but the run's ending."""
+    stall = threading.Event()
+    loopback.script(Reply(text="disk full, maybe", stall=stall, stall_after_events=2))
+    ctx = _money_run()
+    config = _agents_config(ctx, loopback, prices=PRICES)
+
+    def cancel_when_stalled() -> None:
+        loopback.wait_for_stalled()
+        ctx.cancellation.cancel(CancellationReason.CLIENT_DISCONNECTED)
+        stall.set()
+
+    canceller = threading.Thread(target=cancel_when_stalled)
+    canceller.start()
+    try:
+        with pytest.raises(RunCancelled):
+            asyncio.run(run_governed_streamed(AgentsAgent(name="diag"), "why?", run_config=config))
+    finally:
+        canceller.join(BOUND)
+
+    (charge,) = model_charges(config)
+    assert charge.cost is None
+    assert charge.usage is None
+    usage = ctx.budget.snapshot()
+    assert (usage.cost, usage.cost_held) == (ZERO, charge.held)
+    assert charge.held > 0
+    assert (usage.input_tokens, usage.output_tokens) == (0, 0)
+    assert ctx.lifecycle.state is RunState.CANCELLED
+
+
+def test_an_agents_request_of_an_unknown_price_is_never_sent(loopback: LoopbackServer) -> None:
+    ctx = _money_run()
+    config = _agents_config(ctx, loopback, prices=PriceTable({}))
+
+    with pytest.raises(UnknownPrice, match=MODEL):
+        asyncio.run(run_governed(AgentsAgent(name="diag"), "why?", run_config=config))
+
+    assert loopback.count == 0
+    assert ctx.budget.snapshot().cost_held == ZERO
+
+
+def test_a_priced_agents_request_continuing_a_stored_conversation_is_refused(
+    loopback: LoopbackServer,
+) -> None:
+    ctx = _money_run()
+    config = _agents_config(ctx, loopback, prices=PRICES)
+
+    with pytest.raises(ValueError, match="previous_response_id"):
+        asyncio.run(
+            run_governed(
+                AgentsAgent(name="diag"),
+                "why?",
+                run_config=config,
+                previous_response_id="resp_earlier",
+            )
+        )
+
+    assert loopback.count == 0
+
+
+def test_harness_run_config_under_a_money_limit_needs_prices(loopback: LoopbackServer) -> None:
+    with pytest.raises(ValueError, match="prices is required"):
+        _agents_config(_money_run(), loopback)
