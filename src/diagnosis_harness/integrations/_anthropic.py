@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, final
 
-from ._chat import ChatResponse
+from ._chat import ChatResponse, Server
 from ._classify import classify_anthropic
 from ._governed import (
     AsyncGovernedStream,
@@ -24,7 +24,8 @@ from ._governed import (
     open_stream,
     open_stream_async,
 )
-from ._wrapper import GovernedClient, Sdk
+from ._model_call import ModelRequest, input_bound
+from ._wrapper import GovernedClient, Sdk, not_input
 
 if TYPE_CHECKING:
     import anthropic  # noqa: F401 - in the quoted bases: GovernedClient["anthropic.Anthropic"]
@@ -44,6 +45,19 @@ def _input_tokens(usage: Any) -> int | None:
     return int(sum(part for part in parts if part is not None))
 
 
+def _cache(usage: Any) -> dict[str, int]:
+    """The prompt cache's parts of the input: read, written, and written for an hour."""
+    read = getattr(usage, "cache_read_input_tokens", None) or 0
+    written = getattr(usage, "cache_creation_input_tokens", None) or 0
+    creation = getattr(usage, "cache_creation", None)
+    hour = getattr(creation, "ephemeral_1h_input_tokens", None) or 0
+    return {
+        "cache_read_tokens": int(read),
+        "cache_write_tokens": int(written),
+        "cache_write_1h_tokens": min(int(hour), int(written)),
+    }
+
+
 def _usage_of(message: Message) -> TokenUsage | None:
     usage = getattr(message, "usage", None)
     if usage is None:
@@ -51,7 +65,7 @@ def _usage_of(message: Message) -> TokenUsage | None:
     input_tokens = _input_tokens(usage)
     if input_tokens is None:
         return None
-    return TokenUsage(input_tokens, usage.output_tokens)
+    return TokenUsage(input_tokens, usage.output_tokens, **_cache(usage))
 
 
 def _response_of(result: object) -> ChatResponse | None:
@@ -72,12 +86,13 @@ class _Meter:
     start's); its usage makes the report final.
     """
 
-    __slots__ = ("_final", "_input", "_output")
+    __slots__ = ("_cache", "_final", "_input", "_output")
 
     def __init__(self) -> None:
         self._input: int | None = None
         self._output = 0
         self._final = False
+        self._cache: dict[str, int] = {}
 
     def observe(self, event: RawMessageStreamEvent) -> None:
         kind = getattr(event, "type", None)
@@ -86,6 +101,7 @@ class _Meter:
             if usage is not None:
                 self._input = _input_tokens(usage)
                 self._output = usage.output_tokens or 0
+                self._cache = _cache(usage)
         elif kind == "message_delta":
             usage = getattr(event, "usage", None)
             if usage is not None and usage.output_tokens is not None:
@@ -94,6 +110,7 @@ class _Meter:
                 input_tokens = _input_tokens(usage)
                 if input_tokens is not None:
                     self._input = input_tokens
+                    self._cache = _cache(usage)
 
     @property
     def final(self) -> bool:
@@ -102,7 +119,42 @@ class _Meter:
     def usage(self) -> TokenUsage | None:
         if self._input is None:
             return None
-        return TokenUsage(self._input, self._output)
+        return TokenUsage(self._input, self._output, **self._cache)
+
+
+TOOLS_PROMPT_TOKENS = 1024
+"""Added to a priced request's input bound when it gives ``tools``: Anthropic adds a tool-use
+system prompt the request does not send (346 tokens at most in its documentation's table), so
+the request's own bytes do not bound it."""
+
+
+def _writes_cache(value: object) -> bool:
+    """Whether ``value`` marks anything for the prompt cache (a ``cache_control`` anywhere)."""
+    if isinstance(value, dict):
+        return "cache_control" in value or any(_writes_cache(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_writes_cache(v) for v in value)
+    return getattr(value, "cache_control", None) is not None  # an SDK's typed block
+
+
+def _request_of(params: dict[str, Any], server: Server | None) -> ModelRequest:
+    """A priced Message's request: its model, a bound on its input (every parameter sent in the
+    body: system, messages, tools; plus :data:`TOOLS_PROMPT_TOKENS` with tools), its
+    ``max_tokens``, and whether it may write to the prompt cache (a ``cache_control`` in it)."""
+    body = not_input(params)
+    bound = input_bound(body) + (TOOLS_PROMPT_TOKENS if params.get("tools") else 0)
+    anthropic = server is not None and server.address == "api.anthropic.com"
+    return ModelRequest(
+        model=str(params["model"]),
+        input_bound=bound,
+        max_tokens=params["max_tokens"],
+        provider="anthropic" if anthropic else None,
+        writes_cache=_writes_cache(body),
+    )
+
+
+def _capped(params: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+    return {**params, "max_tokens": max_tokens}
 
 
 _ANTHROPIC = Sdk(
@@ -112,6 +164,8 @@ _ANTHROPIC = Sdk(
     required=("model", "messages", "max_tokens"),
     endpoint=lambda client: client.messages.create,
     response_of=_response_of,
+    request_of=_request_of,
+    capped=_capped,
 )
 
 
@@ -121,8 +175,12 @@ class GovernedAnthropic(GovernedClient["anthropic.Anthropic"]):
 
     The arguments and refusals are those of ``GovernedOpenAI``: ``policy`` (a name or a
     ``RetryPolicy``), ``executor`` (by default a new one with ``classify_anthropic``),
-    ``request_timeout``, ``tracing``; a client with ``max_retries`` other than 0 is a
-    ``ValueError``, an ``AsyncAnthropic`` or anything else a ``TypeError``.
+    ``request_timeout``, ``tracing``, ``prices`` and ``default_max_tokens``; a client with
+    ``max_retries`` other than 0 is a ``ValueError``, an ``AsyncAnthropic`` or anything else a
+    ``TypeError``. Priced, each attempt holds its worst case (the input bound includes
+    :data:`TOOLS_PROMPT_TOKENS` when ``tools`` are given; the cache-write prices count only when
+    the request has a ``cache_control``) and is sent with ``max_tokens`` lowered, under a money
+    limit, to what the money left can pay for.
     """
 
     __slots__ = ()

@@ -40,6 +40,7 @@ from .._boundary import Boundary
 from ._model_call import (
     Chat,
     ModelCall,
+    ModelRequest,
     ModelReservation,
     TokenUsage,
     UsageMeter,
@@ -74,21 +75,39 @@ class GovernedCall:
     ``send(timeout)`` sends one request with the call's checked parameters: it returns the SDK's
     answer (a sync client) or the awaitable of it (an async client). ``client_timeout`` is the
     client's own timeout, ``name`` names the call in errors (``"openai chat.completions.create"``)
-    and ``chat`` says what its spans report. The sync and the async world differ only in how
+    and ``chat`` says what its spans report. A priced call gives its ``request`` (each attempt's
+    reservation holds its worst case), and then ``send(timeout, max_tokens)`` sends it with the
+    reservation's ``max_tokens`` (``None``: as given); ``subject`` names its executions in the
+    executor's journal. The sync and the async world differ only in how
     ``send`` is waited for -- on a worker thread whose wait the run's cancellation ends
     (:func:`call`, :func:`open_stream`), or awaited in ``ctx.scope()`` (:func:`call_async`,
     :func:`open_stream_async`); every step around it is the :class:`ModelCall`'s.
     """
 
     model_call: ModelCall
-    send: Callable[[object], Any]
+    send: Callable[..., Any]  # send(timeout); with a request, send(timeout, max_tokens)
     client_timeout: object
     name: str
     chat: Chat
+    request: ModelRequest | None = None
+    subject: str | None = None
 
     def timeout(self) -> object:
         """The attempt's ``timeout=``: the client's, cut to the time the run has left."""
         return self.model_call.timeout(self.client_timeout)
+
+    def reserve(self) -> ModelReservation:
+        """The attempt's reservation (its worst case held, when priced), for its span too."""
+        reservation = self.model_call.reserve(self.name, self.request)
+        if self.chat.charges is not None:
+            self.chat.charges.put(reservation)
+        return reservation
+
+    def send_for(self, reservation: ModelReservation, timeout: object) -> Any:
+        """Send the attempt's request: with the reservation's ``max_tokens`` when priced."""
+        if self.request is None:
+            return self.send(timeout)
+        return self.send(timeout, reservation.max_tokens)
 
 
 # -- sync: a worker thread and a relay the run's cancellation wakes -----------------------------
@@ -247,12 +266,12 @@ def call(prepared: GovernedCall, usage_of: Callable[[R], TokenUsage | None]) -> 
     model_call = prepared.model_call
 
     def attempt() -> R:
-        with model_call.reserve(prepared.name) as reservation:
+        with prepared.reserve() as reservation:
             timeout = prepared.timeout()
 
             def work(relay: _Relay) -> None:
                 try:
-                    response = prepared.send(timeout)
+                    response = prepared.send_for(reservation, timeout)
                     usage = reservation.reported(response, usage_of)
                 except Exception as error:  # handed to the caller, which raises it
                     relay.put(_Failed(error))
@@ -268,7 +287,8 @@ def call(prepared: GovernedCall, usage_of: Callable[[R], TokenUsage | None]) -> 
             finally:
                 relay.stop()  # one item is all the caller takes
 
-    return model_call.execute(attempt, replace(prepared.chat, usage_of=usage_of))
+    chat = replace(prepared.chat, usage_of=usage_of)
+    return model_call.execute(attempt, chat, subject=prepared.subject)
 
 
 @final
@@ -348,12 +368,12 @@ def open_stream(prepared: GovernedCall, meter: Callable[[], UsageMeter[C]]) -> G
     model_call = prepared.model_call
 
     def attempt() -> GovernedStream[C]:
-        with model_call.reserve(prepared.name) as reservation:
+        with prepared.reserve() as reservation:
             timeout = prepared.timeout()
 
             def work(relay: _Relay) -> None:
                 try:
-                    stream = prepared.send(timeout)
+                    stream = prepared.send_for(reservation, timeout)
                 except Exception as error:
                     relay.put(_Failed(error))
                     relay.put(_END)
@@ -366,7 +386,7 @@ def open_stream(prepared: GovernedCall, meter: Callable[[], UsageMeter[C]]) -> G
             _answered(model_call, relay)  # _OPENED: the chunks follow, on the same relay
             return GovernedStream(model_call, relay, reservation)
 
-    return model_call.execute(attempt, prepared.chat)
+    return model_call.execute(attempt, prepared.chat, subject=prepared.subject)
 
 
 def _pump(stream: Any, meter: UsageMeter[C], relay: _Relay, reservation: ModelReservation) -> None:
@@ -403,12 +423,15 @@ async def call_async(prepared: GovernedCall, usage_of: Callable[[R], TokenUsage 
     model_call = prepared.model_call
 
     async def attempt() -> R:
-        with model_call.reserve(prepared.name) as reservation:
+        with prepared.reserve() as reservation:
             timeout = prepared.timeout()
-            response: R = await model_call.request_async(lambda: prepared.send(timeout))
+            response: R = await model_call.request_async(
+                lambda: prepared.send_for(reservation, timeout)
+            )
             return reservation.record_response(response, usage_of)
 
-    return await model_call.execute_async(attempt, replace(prepared.chat, usage_of=usage_of))
+    chat = replace(prepared.chat, usage_of=usage_of)
+    return await model_call.execute_async(attempt, chat, subject=prepared.subject)
 
 
 @final
@@ -494,9 +517,9 @@ async def open_stream_async(
     model_call = prepared.model_call
 
     async def attempt() -> AsyncGovernedStream[C]:
-        with model_call.reserve(prepared.name) as reservation:
+        with prepared.reserve() as reservation:
             timeout = prepared.timeout()
-            stream = await model_call.request_async(lambda: prepared.send(timeout))
+            stream = await model_call.request_async(lambda: prepared.send_for(reservation, timeout))
             return AsyncGovernedStream(model_call, stream, meter(), reservation)
 
-    return await model_call.execute_async(attempt, prepared.chat)
+    return await model_call.execute_async(attempt, prepared.chat, subject=prepared.subject)

@@ -71,6 +71,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
+    "ChargeSlot",
     "ModelCall",
     "ModelCharge",
     "ModelRequest",
@@ -95,10 +96,20 @@ C_contra = TypeVar("C_contra", contravariant=True)
 @final
 @dataclass(frozen=True, slots=True)
 class TokenUsage:
-    """The tokens one response used, as the provider reported them and as the run recorded them."""
+    """The tokens one response used, as the provider reported them and as the run recorded them.
+
+    ``input_tokens`` is every input token (the prompt cache's included); ``cache_read_tokens``
+    and ``cache_write_tokens`` are the parts of it read from and written to the provider's
+    prompt cache, and ``cache_write_1h_tokens`` the part of the writes kept for an hour, which a
+    price may rate apart (:meth:`~diagnosis_harness.pricing.ModelPrice.cost`); zero when not
+    reported.
+    """
 
     input_tokens: int
     output_tokens: int
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_write_1h_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -312,6 +323,32 @@ class Chat:
     model: str
     usage_of: Callable[[Any], TokenUsage | None] | None = None
     response_of: Callable[[Any], ChatResponse | None] | None = None
+    # Where a priced attempt puts its reservation, for its span to report the money (one per
+    # call: its attempts run one after another); None: the spans report no money.
+    charges: ChargeSlot | None = None
+
+
+@final
+class ChargeSlot:
+    """The reservation of one execution's current attempt, for the attempt's ``chat`` span.
+
+    The attempt puts its reservation here once reserved (:meth:`put`); the span takes it when
+    the attempt ends (and the slot is empty for the next attempt). One execution's attempts run
+    one after another, each on the thread or task of its span, so one writer at a time: no lock.
+    """
+
+    __slots__ = ("_reservation",)
+
+    def __init__(self) -> None:
+        self._reservation: ModelReservation | None = None
+
+    def put(self, reservation: ModelReservation) -> None:
+        self._reservation = reservation
+
+    def take(self) -> ModelCharge | None:
+        """The current attempt's money (``None``: not priced, or refused), the slot emptied."""
+        reservation, self._reservation = self._reservation, None
+        return None if reservation is None else reservation.charge()
 
 
 # -- one call: the reservation, the request under the deadline, the attempts --------------------
@@ -507,6 +544,18 @@ class ModelReservation:
         hold.settle(cost=Decimal(0), input_tokens=0, output_tokens=0)
 
     def _settle(self, usage: TokenUsage | None) -> None:
+        hold, price = self._hold, self._price
+        cost: Decimal | None = None
+        if usage is not None and price is not None:
+            # Priced before the lock: a usage the price refuses (cache parts above the input)
+            # raises here, with nothing recorded, and the hold stays at its worst case.
+            cost = price.cost(
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                cache_read_tokens=usage.cache_read_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
+                cache_write_1h_tokens=usage.cache_write_1h_tokens,
+            )
         with self._lock:
             if self._settled:
                 raise RuntimeError(f"{self._name}: the usage of one Model call was recorded twice")
@@ -514,12 +563,7 @@ class ModelReservation:
             if usage is None:
                 return  # nothing received: a priced hold stays at its worst case
             self._usage = usage
-            hold, price = self._hold, self._price
-            cost = None
-            if hold is not None and price is not None:
-                cost = self._cost = price.cost(
-                    input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
-                )
+            self._cost = cost
         if hold is None or cost is None:
             self._call.ctx.record_token_usage(
                 input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
@@ -765,16 +809,26 @@ class ModelCall:
 
     # -- the attempts: one decision (policy, journal, span), driven by a sync and an async loop --
 
-    def execute(self, attempt: Callable[[], R], chat: Chat) -> R:
-        """``attempt`` under the executor and the policy; in a ``chat`` span each, when tracing."""
+    def execute(self, attempt: Callable[[], R], chat: Chat, subject: str | None = None) -> R:
+        """``attempt`` under the executor and the policy; in a ``chat`` span each, when tracing.
+
+        ``subject`` names the execution in the executor's journal (:meth:`subject`: a priced
+        call's, with its prices' data version); ``None``: unnamed.
+        """
         if self._tracing is not None:
             attempt = self._traced(self._tracing.chat_attempts, attempt, chat)
+        if subject is not None:
+            return self._executor.execute_named(subject, self.policy, attempt)
         return self._executor.execute(self.policy, attempt)
 
-    async def execute_async(self, attempt: Callable[[], Awaitable[R]], chat: Chat) -> R:
+    async def execute_async(
+        self, attempt: Callable[[], Awaitable[R]], chat: Chat, subject: str | None = None
+    ) -> R:
         """:meth:`execute` for an async attempt: the same decisions, awaited."""
         if self._tracing is not None:
             attempt = self._traced(self._tracing.chat_attempts_async, attempt, chat)
+        if subject is not None:
+            return await self._executor.execute_named_async(subject, self.policy, attempt)
         return await self._executor.execute_async(self.policy, attempt)
 
     def _traced(self, wrap: Callable[..., A], attempt: A, chat: Chat) -> A:
@@ -788,6 +842,7 @@ class ModelCall:
             usage_of=chat.usage_of,
             response_of=chat.response_of,
             server=self._server,
+            charge_of=None if chat.charges is None else chat.charges.take,
         )
 
     def __repr__(self) -> str:

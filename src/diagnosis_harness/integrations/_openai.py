@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, final
 
-from ._chat import ChatResponse
+from ._chat import ChatResponse, Server
 from ._classify import classify_openai
 from ._governed import (
     AsyncGovernedStream,
@@ -23,7 +23,8 @@ from ._governed import (
     open_stream,
     open_stream_async,
 )
-from ._wrapper import GovernedClient, Sdk
+from ._model_call import ModelRequest, input_bound
+from ._wrapper import GovernedClient, Sdk, not_input
 
 if TYPE_CHECKING:
     import openai  # noqa: F401 - in the quoted bases: GovernedClient["openai.OpenAI"]
@@ -32,11 +33,22 @@ if TYPE_CHECKING:
 __all__ = ["AsyncGovernedOpenAI", "GovernedOpenAI"]
 
 
+def _usage(usage: Any) -> TokenUsage:
+    """OpenAI's usage: ``prompt_tokens`` counts the cached ones, reported apart as read."""
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None) or 0
+    return TokenUsage(
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        cache_read_tokens=min(int(cached), usage.prompt_tokens),
+    )
+
+
 def _usage_of(completion: ChatCompletion) -> TokenUsage | None:
     usage = getattr(completion, "usage", None)
     if usage is None:
         return None
-    return TokenUsage(usage.prompt_tokens, usage.completion_tokens)
+    return _usage(usage)
 
 
 def _response_of(result: object) -> ChatResponse | None:
@@ -61,7 +73,7 @@ class _Meter:
     def observe(self, chunk: ChatCompletionChunk) -> None:
         usage = getattr(chunk, "usage", None)
         if usage is not None:
-            self._usage = TokenUsage(usage.prompt_tokens, usage.completion_tokens)
+            self._usage = _usage(usage)
 
     @property
     def final(self) -> bool:
@@ -85,6 +97,42 @@ def _stream_params(params: dict[str, Any]) -> dict[str, Any]:
     return {**params, "stream_options": {**options, "include_usage": True}}
 
 
+_OUTPUT_LIMITS = ("max_completion_tokens", "max_tokens")  # the current name, the deprecated one
+
+
+def _request_of(params: dict[str, Any], server: Server | None) -> ModelRequest:
+    """A priced Chat Completion's request: its model, a bound on its input (every parameter
+    sent in the body, the messages and tools among them), its output limit (the smaller of
+    ``max_completion_tokens`` and the deprecated ``max_tokens``, when given). ``n`` other than 1
+    is refused: its choices' outputs would multiply the worst case."""
+    n = params.get("n")
+    if n is not None and n != 1:
+        raise ValueError(
+            f"n={n!r} is refused on a priced call: each of its choices may use max_tokens, so "
+            "ask for one choice per call (n=1, or leave n out)"
+        )
+    limits = [params[name] for name in _OUTPUT_LIMITS if params.get(name) is not None]
+    for limit in limits:
+        if type(limit) is not int or limit < 1:
+            raise ValueError(
+                f"max_completion_tokens / max_tokens must be an int >= 1, got {limit!r}"
+            )
+    openai = server is not None and server.address == "api.openai.com"
+    return ModelRequest(
+        model=str(params["model"]),
+        input_bound=input_bound(not_input(params)),
+        max_tokens=min(limits) if limits else None,
+        provider="openai" if openai else None,  # elsewhere the prices match the model's name
+    )
+
+
+def _capped(params: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+    """The output limit set: on each of the two names the request gives, else on the current
+    one (``max_completion_tokens``, which OpenAI's reasoning models require)."""
+    given = [name for name in _OUTPUT_LIMITS if params.get(name) is not None]
+    return {**params, **dict.fromkeys(given or _OUTPUT_LIMITS[:1], max_tokens)}
+
+
 _OPENAI = Sdk(
     package="openai",
     classifier=classify_openai,
@@ -93,6 +141,8 @@ _OPENAI = Sdk(
     endpoint=lambda client: client.chat.completions.create,
     stream_params=_stream_params,
     response_of=_response_of,
+    request_of=_request_of,
+    capped=_capped,
 )
 
 
@@ -107,6 +157,14 @@ class GovernedOpenAI(GovernedClient["openai.OpenAI"]):
     replaces the client's timeout; either is cut to the time left before the run's deadline.
     ``tracing`` (a :class:`~diagnosis_harness.integrations.HarnessTracing`, the ``otel`` extra)
     gives each attempt a ``chat {model}`` span, a child of its parent span.
+
+    ``prices`` (``GenaiPrices()``, a ``PriceTable``; required when the run has a money limit)
+    prices every call: each attempt holds its worst case -- :func:`input_bound` of the request's
+    body times the dearest input price, plus its ``max_completion_tokens`` (or ``max_tokens``;
+    ``default_max_tokens`` when it gives neither) times the output price -- and settles the
+    usage priced exactly. Under a money limit the request is sent with the output limit the
+    money left can pay for (``max_completion_tokens``, or the name the request used), lowered if
+    need be; :attr:`charges` journals each attempt.
 
     The client must send one request per call: a client with ``max_retries`` other than 0 is a
     ``ValueError`` (pass ``client.with_options(max_retries=0)``), an ``AsyncOpenAI`` or anything

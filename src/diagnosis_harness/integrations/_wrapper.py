@@ -18,7 +18,7 @@ from ._chat import server_of
 from ._clients import ensure_no_hidden_retries
 from ._extras import missing_extra
 from ._governed import GovernedCall
-from ._model_call import Chat, ModelCall
+from ._model_call import DEFAULT_MAX_TOKENS, ChargeSlot, Chat, ModelCall
 from ._params import checked_params
 
 if TYPE_CHECKING:
@@ -28,10 +28,22 @@ if TYPE_CHECKING:
     from .._context import RunContext
     from .._retry import Classifier, HarnessRetryExecutor
     from .._retry_policy import RetryPolicy
-    from ._chat import ChatResponse
+    from ..pricing import Prices
+    from ._chat import ChatResponse, Server
+    from ._model_call import ModelCharge, ModelRequest
     from .otel import HarnessTracing
 
-__all__ = ["GovernedClient", "Sdk"]
+__all__ = ["GovernedClient", "Sdk", "not_input"]
+
+# Request options the SDKs send as headers or query, or use themselves: not the model's input.
+_NOT_INPUT = frozenset({"extra_headers", "extra_query", "timeout", "stream", "stream_options"})
+
+
+def not_input(params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` without the options that are not the model's input (headers, query, the
+    client's timeout): what :func:`~._model_call.input_bound` is given. What is left is sent in
+    the request's body; bounding all of it only raises the bound."""
+    return {name: value for name, value in params.items() if name not in _NOT_INPUT}
 
 
 def _as_given(params: dict[str, Any]) -> dict[str, Any]:
@@ -40,6 +52,14 @@ def _as_given(params: dict[str, Any]) -> dict[str, Any]:
 
 def _no_answer(_result: object) -> ChatResponse | None:
     return None
+
+
+def _unpriced(_params: dict[str, Any], _server: Server | None) -> ModelRequest:
+    raise TypeError("this SDK's calls cannot be priced")  # every Sdk gives its own
+
+
+def _uncapped(params: dict[str, Any], _max_tokens: int) -> dict[str, Any]:
+    return params
 
 
 @final
@@ -56,6 +76,10 @@ class Sdk:
     stream_params: Callable[[dict[str, Any]], dict[str, Any]] = _as_given
     # What the chat spans report of an answer (None for what is not one: an opened stream).
     response_of: Callable[[Any], ChatResponse | None] = _no_answer
+    # A priced call's request, from its checked parameters and the client's server.
+    request_of: Callable[[dict[str, Any], Server | None], ModelRequest] = _unpriced
+    # The parameters with the request's output limit set to the reservation's max_tokens.
+    capped: Callable[[dict[str, Any], int], dict[str, Any]] = _uncapped
 
     def module(self) -> ModuleType:
         """The SDK, imported when a wrapper is built; if it is missing, the extra to install."""
@@ -91,7 +115,7 @@ class GovernedClient(Generic[SdkClient]):
     before any request: the SDK installed, the client's class, its retries, the run's arguments.
     """
 
-    __slots__ = ("_client", "_model_call")
+    __slots__ = ("_client", "_model_call", "_server")
 
     _sdk: ClassVar[Sdk]
     _client_class: ClassVar[str]
@@ -106,8 +130,11 @@ class GovernedClient(Generic[SdkClient]):
         executor: HarnessRetryExecutor | None = None,
         request_timeout: float | None = None,
         tracing: HarnessTracing | None = None,
+        prices: Prices | None = None,
+        default_max_tokens: int = DEFAULT_MAX_TOKENS,
     ) -> None:
         self._check(client)
+        self._server = server_of(client.base_url)
         self._model_call = ModelCall(
             ctx,
             policy=policy,
@@ -116,7 +143,9 @@ class GovernedClient(Generic[SdkClient]):
             request_timeout=request_timeout,
             tracing=tracing,
             provider=self._sdk.package,
-            server=server_of(client.base_url),
+            server=self._server,
+            prices=prices,
+            default_max_tokens=default_max_tokens,
         )
         self._client = client
 
@@ -132,6 +161,12 @@ class GovernedClient(Generic[SdkClient]):
     @property
     def policy(self) -> RetryPolicy:
         return self._model_call.policy
+
+    @property
+    def charges(self) -> tuple[ModelCharge, ...]:
+        """The journal of the priced attempts (empty without ``prices``): see
+        :attr:`~._model_call.ModelCall.charges`."""
+        return self._model_call.charges
 
     def _check(self, client: object) -> None:
         package = self._sdk.package
@@ -157,9 +192,31 @@ class GovernedClient(Generic[SdkClient]):
         if method == "stream":
             params = {**sdk.stream_params(params), "stream": True}
         client = self._client
+        model = str(params["model"])
+        if self._model_call.prices is None:
 
-        def send(timeout: object) -> Any:
-            return sdk.endpoint(client)(**params, timeout=timeout)
+            def send(timeout: object) -> Any:
+                return sdk.endpoint(client)(**params, timeout=timeout)
 
-        chat = Chat(str(params["model"]), response_of=sdk.response_of)
-        return GovernedCall(self._model_call, send, client.timeout, sdk.call_name, chat)
+            chat = Chat(model, response_of=sdk.response_of)
+            return GovernedCall(self._model_call, send, client.timeout, sdk.call_name, chat)
+
+        # Priced: the request described before the gate (bad parameters reserve nothing), and
+        # sent with the output limit its reservation allows.
+        request = sdk.request_of(params, self._server)
+
+        def send_capped(timeout: object, max_tokens: int | None) -> Any:
+            sent = params if max_tokens is None else sdk.capped(params, max_tokens)
+            return sdk.endpoint(client)(**sent, timeout=timeout)
+
+        chat = Chat(model, response_of=sdk.response_of, charges=ChargeSlot())
+        subject = self._model_call.subject(sdk.call_name, model)
+        return GovernedCall(
+            self._model_call,
+            send_capped,
+            client.timeout,
+            sdk.call_name,
+            chat,
+            request=request,
+            subject=subject,
+        )

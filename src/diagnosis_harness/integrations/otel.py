@@ -17,7 +17,14 @@ made current. The spans follow the GenAI semantic conventions:
 - ``chat {model}`` for each attempt of a governed model call: the server the client sends to, the
   attempt's number and outcome, its failure kind (the executor's own classification), and of
   the answer the usage the provider reported, the model that answered, its ID and finish
-  reasons;
+  reasons; for a priced call (``prices=``), its money: the cost settled
+  (``gen_ai.usage.cost``, US dollars, the name the open semantic-conventions proposal gives it;
+  absent while the worst case stays held, as for a stream, whose span ends when it opens), the
+  worst case held (``diagnosis_harness.cost.held``), the ``max_tokens`` sent
+  (``gen_ai.request.max_tokens``), whether the money left lowered it
+  (``diagnosis_harness.max_tokens.lowered``) and the prices' data version
+  (``diagnosis_harness.prices.data``, when the prices give one). Amounts are doubles, as
+  OpenTelemetry's attributes are: the exact ``Decimal`` is in ``ModelCall.charges``;
 - ``execute_tool {tool}`` for each governed Tool call: its name, type (``function``) and the
   framework's Tool Call ID, the number of attempts made, the outcome and failure kind.
 
@@ -57,12 +64,17 @@ if TYPE_CHECKING:
     from .._context import RunContext
     from ._chat import ChatResponse, Server
     from ._governed import TokenUsage
+    from ._model_call import ModelCharge
 
 __all__ = [
     "ATTEMPT_NUMBER",
     "ATTEMPT_OUTCOME",
     "BUDGET_EXHAUSTED",
+    "COST",
+    "COST_HELD",
     "FAILURE_KIND",
+    "MAX_TOKENS_LOWERED",
+    "PRICE_DATA",
     "TERMINATION_STATE",
     "CurrentSpan",
     "HarnessTracing",
@@ -84,6 +96,15 @@ TERMINATION_STATE = "diagnosis_harness.termination.state"
 BUDGET_EXHAUSTED = "diagnosis_harness.budget.exhausted"
 """The ``BudgetDimension`` value that exhausted the run's budget, on the run span."""
 RUN_ID = "diagnosis_harness.run.id"
+COST_HELD = "diagnosis_harness.cost.held"
+"""A priced ``chat`` span: the worst case its attempt held, in US dollars."""
+MAX_TOKENS_LOWERED = "diagnosis_harness.max_tokens.lowered"
+"""A priced ``chat`` span: whether the money left lowered the request's ``max_tokens``."""
+PRICE_DATA = "diagnosis_harness.prices.data"
+"""A priced ``chat`` span: the version of the price data (``GenaiPrices.data_version``)."""
+COST = "gen_ai.usage.cost"
+"""A priced ``chat`` span: the attempt's actual cost settled, in US dollars (the name the open
+semantic-conventions proposal gives it); absent while the worst case stays held."""
 
 # The GenAI semantic conventions' attributes (all "Development" in the conventions).
 OPERATION = "gen_ai.operation.name"
@@ -98,6 +119,7 @@ SERVER_PORT = "server.port"
 AGENT_NAME = "gen_ai.agent.name"
 INPUT_TOKENS = "gen_ai.usage.input_tokens"
 OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
 TOOL_NAME = "gen_ai.tool.name"
 TOOL_TYPE = "gen_ai.tool.type"
 TOOL_CALL_ID = "gen_ai.tool.call.id"
@@ -133,6 +155,20 @@ def _usage(span: trace.Span, usage: TokenUsage | None) -> None:
     if usage is not None:
         span.set_attribute(INPUT_TOKENS, usage.input_tokens)
         span.set_attribute(OUTPUT_TOKENS, usage.output_tokens)
+
+
+def _money(span: trace.Span, charge: ModelCharge | None) -> None:
+    """A priced attempt's money on its span: held, lowered, the ``max_tokens`` sent, the cost."""
+    if charge is None:
+        return
+    span.set_attribute(COST_HELD, float(charge.held))
+    span.set_attribute(MAX_TOKENS_LOWERED, charge.lowered)
+    if charge.max_tokens is not None:
+        span.set_attribute(REQUEST_MAX_TOKENS, charge.max_tokens)
+    if charge.price_data is not None:
+        span.set_attribute(PRICE_DATA, charge.price_data)
+    if charge.cost is not None:
+        span.set_attribute(COST, float(charge.cost))
 
 
 def _response(span: trace.Span, response: ChatResponse | None) -> None:
@@ -255,6 +291,7 @@ class HarnessTracing:
         usage_of: Callable[[T], TokenUsage | None] | None,
         response_of: Callable[[T], ChatResponse | None] | None,
         server: Server | None,
+        charge_of: Callable[[], ModelCharge | None] | None,
     ) -> Callable[[], AbstractContextManager[Callable[[T], T]]]:
         """One execution's ``chat`` spans: each call opens the next attempt's, numbered from 1.
 
@@ -293,6 +330,8 @@ class HarnessTracing:
                 _failed(span, error, classify)
                 raise
             finally:
+                if charge_of is not None:  # what the attempt held, and settled by now
+                    _money(span, charge_of())
                 span.end()
 
         return attempt_span
@@ -307,12 +346,14 @@ class HarnessTracing:
         usage_of: Callable[[T], TokenUsage | None] | None,
         response_of: Callable[[T], ChatResponse | None] | None = None,
         server: Server | None = None,
+        charge_of: Callable[[], ModelCharge | None] | None = None,
     ) -> Callable[[], T]:
         """``attempt`` with a ``chat`` span around each call, numbered as the executor does.
 
         ``server`` is where the client sends its requests; ``usage_of`` and ``response_of`` read
         the usage and the answer off a succeeded attempt's result (``None`` for a result that is
-        not an answer, as an opened stream is).
+        not an answer, as an opened stream is); ``charge_of`` gives, when the attempt ends, the
+        money its priced reservation held and settled (``None``: not priced).
         """
         spans = self._chat_spans(
             provider=provider,
@@ -321,6 +362,7 @@ class HarnessTracing:
             usage_of=usage_of,
             response_of=response_of,
             server=server,
+            charge_of=charge_of,
         )
 
         def traced() -> T:
@@ -339,6 +381,7 @@ class HarnessTracing:
         usage_of: Callable[[T], TokenUsage | None] | None,
         response_of: Callable[[T], ChatResponse | None] | None = None,
         server: Server | None = None,
+        charge_of: Callable[[], ModelCharge | None] | None = None,
     ) -> Callable[[], Awaitable[T]]:
         """:meth:`chat_attempts` for an async attempt: the same spans, the attempt awaited."""
         spans = self._chat_spans(
@@ -348,6 +391,7 @@ class HarnessTracing:
             usage_of=usage_of,
             response_of=response_of,
             server=server,
+            charge_of=charge_of,
         )
 
         async def traced() -> T:
@@ -439,13 +483,20 @@ class CurrentSpan:
         else:
             _failed(span, error, classify)
 
-    def chat(self, error: BaseException | None, classify: Callable[[Exception], object]) -> None:
-        """Set a model request's outcome on OpenTelemetry's current span: the framework's chat."""
+    def chat(
+        self,
+        error: BaseException | None,
+        classify: Callable[[Exception], object],
+        charge: ModelCharge | None = None,
+    ) -> None:
+        """Set a model request's outcome on OpenTelemetry's current span: the framework's chat;
+        and its money, for a priced request (``charge``: its reservation's ``charge()``)."""
         span = trace.get_current_span()
         if error is None:
             span.set_attribute(ATTEMPT_OUTCOME, AttemptOutcome.SUCCEEDED.value)
         else:
             _failed(span, error, classify)
+        _money(span, charge)
 
 
 def check_tracing(tracing: object) -> HarnessTracing | None:
