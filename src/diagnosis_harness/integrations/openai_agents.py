@@ -69,6 +69,7 @@ from ._classify import classify_openai
 from ._extras import missing_extra
 from ._model_call import (
     DEFAULT_MAX_TOKENS,
+    ChargeSlot,
     Chat,
     ModelCall,
     ModelCharge,
@@ -261,8 +262,20 @@ def _tool_payload(tool: Tool) -> object:
     return repr(tool)
 
 
+def _token_usage(usage: Any) -> TokenUsage:
+    """The SDK's ``Usage`` (or a completed response's ``ResponseUsage``) as the run records it:
+    its cached input tokens (OpenAI counts them inside ``input_tokens``) as the cache's reads."""
+    details = getattr(usage, "input_tokens_details", None)
+    cached = getattr(details, "cached_tokens", 0) or 0
+    return TokenUsage(
+        usage.input_tokens,
+        usage.output_tokens,
+        cache_read_tokens=min(int(cached), usage.input_tokens),
+    )
+
+
 def _usage_of(response: Any) -> TokenUsage:
-    return TokenUsage(response.usage.input_tokens, response.usage.output_tokens)
+    return _token_usage(response.usage)
 
 
 def _response_of(response: Any) -> ChatResponse:
@@ -322,9 +335,13 @@ class _GovernedAgentsModel(Model):
             prompt=prompt,
         )
         priced = governance.priced(self._inner, request)
+        model = _model_name(self._inner)
+        charges = ChargeSlot()  # the attempt's chat span reports its money
+        chat = Chat(model, usage_of=_usage_of, response_of=_response_of, charges=charges)
 
         async def attempt() -> ModelResponse:
             with model_call.reserve(_CALL_NAME, priced) as reservation:
+                charges.put(reservation)
                 settings = request.settings(reservation)
                 response = await model_call.request_async(
                     lambda: self._inner.get_response(
@@ -342,8 +359,8 @@ class _GovernedAgentsModel(Model):
                 )
                 return reservation.record_response(response, _usage_of)
 
-        chat = Chat(_model_name(self._inner), usage_of=_usage_of, response_of=_response_of)
-        response = await model_call.execute_async(attempt, chat)
+        subject = model_call.subject(_CALL_NAME, model)
+        response = await model_call.execute_async(attempt, chat, subject=subject)
         governance.check_calls(response.output)
         return response
 
@@ -388,12 +405,17 @@ class _GovernedAgentsModel(Model):
             prompt=prompt,
         )
         priced = governance.priced(self._inner, request)
+        model = _model_name(self._inner)
+        # A stream's span ends when it opens: it reports the hold; the cost settles later.
+        charges = ChargeSlot()
+        chat = Chat(model, charges=charges)
         events: AsyncIterator[TResponseStreamEvent] | None = None
         reservation: ModelReservation | None = None
 
         async def attempt() -> TResponseStreamEvent:
             nonlocal events, reservation
             with model_call.reserve(_CALL_NAME, priced) as reservation:
+                charges.put(reservation)
                 events = opened = self._inner.stream_response(
                     system_instructions,
                     input,
@@ -413,7 +435,7 @@ class _GovernedAgentsModel(Model):
                     raise
 
         event: TResponseStreamEvent | None = await model_call.execute_async(
-            attempt, Chat(_model_name(self._inner))
+            attempt, chat, subject=model_call.subject(_CALL_NAME, model)
         )
         assert events is not None
         assert reservation is not None
@@ -448,8 +470,7 @@ class _CompletedUsage:
 
     def observe(self, event: TResponseStreamEvent, /) -> None:
         if isinstance(event, ResponseCompletedEvent) and event.response.usage is not None:
-            usage = event.response.usage
-            self._usage = TokenUsage(usage.input_tokens, usage.output_tokens)
+            self._usage = _token_usage(event.response.usage)
 
     @property
     def final(self) -> bool:

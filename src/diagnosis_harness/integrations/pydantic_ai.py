@@ -418,7 +418,14 @@ def _reported(usage: RequestUsage) -> TokenUsage | None:
     """A ``RequestUsage`` as the run records it; ``None`` when the provider omitted it."""
     if usage.unmeasured_requests:
         return None
-    return TokenUsage(usage.input_tokens, usage.output_tokens)
+    # pydantic-ai counts the prompt cache's tokens inside input_tokens, as the prices do.
+    return TokenUsage(
+        usage.input_tokens,
+        usage.output_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        cache_write_1h_tokens=usage.cache_write_1h_tokens,
+    )
 
 
 def _usage_of(response: ModelResponse) -> TokenUsage | None:
