@@ -36,6 +36,9 @@ from agents import Agent as AgentsAgent
 from agents import ModelSettings as AgentsModelSettings
 from agents import set_tracing_disabled
 from agents.models.openai_provider import OpenAIProvider as AgentsOpenAIProvider
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic_ai import Agent
 from pydantic_ai.exceptions import ModelRetry, UsageLimitExceeded
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
@@ -62,6 +65,7 @@ from diagnosis_harness.integrations.openai_agents import (
     run_governed,
     run_governed_streamed,
 )
+from diagnosis_harness.integrations.otel import COST, COST_HELD, HarnessTracing
 from diagnosis_harness.integrations.pydantic_ai import HarnessCapability
 from diagnosis_harness.pricing import GenaiPrices, ModelPrice, PriceTable, UnknownPrice
 from racing import BOUND
@@ -520,3 +524,25 @@ def test_a_priced_agents_request_continuing_a_stored_conversation_is_refused(
 def test_harness_run_config_under_a_money_limit_needs_prices(loopback: LoopbackServer) -> None:
     with pytest.raises(ValueError, match="prices is required"):
         _agents_config(_money_run(), loopback)
+
+
+def test_an_agents_chat_span_carries_the_cost(loopback: LoopbackServer) -> None:
+    loopback.script(Reply(text="disk full", input_tokens=INPUT_TOKENS, output_tokens=900))
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    ctx = _money_run()
+    tracing = HarnessTracing(provider.get_tracer("diagnosis_harness.tests"))
+    config = _agents_config(ctx, loopback, prices=PRICES, tracing=tracing)
+
+    asyncio.run(run_governed(AgentsAgent(name="diag"), "why?", run_config=config))
+
+    (charge,) = model_charges(config)
+    assert charge.cost is not None
+    (chat,) = [span for span in exporter.get_finished_spans() if span.name.startswith("chat")]
+    attributes = chat.attributes or {}
+    assert attributes[COST] == float(charge.cost)
+    assert attributes[COST_HELD] == float(charge.held)
+    assert attributes["gen_ai.request.max_tokens"] == DEFAULT_MAX_TOKENS
+    assert attributes["gen_ai.usage.output_tokens"] == 900
+    provider.shutdown()
