@@ -40,9 +40,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic_ai import Agent
+from pydantic_ai.capabilities.instrumentation import Instrumentation
 from pydantic_ai.exceptions import ModelRetry, UsageLimitExceeded
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.instrumented import InstrumentationSettings
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.usage import RequestUsage, UsageLimits
@@ -66,7 +68,7 @@ from diagnosis_harness.integrations.openai_agents import (
     run_governed_streamed,
 )
 from diagnosis_harness.integrations.otel import COST, COST_HELD, HarnessTracing
-from diagnosis_harness.integrations.pydantic_ai import HarnessCapability
+from diagnosis_harness.integrations.pydantic_ai import HarnessCapability, HarnessSpanAttributes
 from diagnosis_harness.pricing import GenaiPrices, ModelPrice, PriceTable, UnknownPrice
 from racing import BOUND
 
@@ -545,4 +547,28 @@ def test_an_agents_chat_span_carries_the_cost(loopback: LoopbackServer) -> None:
     assert attributes[COST_HELD] == float(charge.held)
     assert attributes["gen_ai.request.max_tokens"] == DEFAULT_MAX_TOKENS
     assert attributes["gen_ai.usage.output_tokens"] == 900
+    provider.shutdown()
+
+
+def test_pydantic_ais_chat_span_carries_the_cost() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    ctx = _money_run(cost=Decimal("5"))
+    capability = HarnessCapability(ctx, prices=TABLE)
+    instrumentation = Instrumentation(settings=InstrumentationSettings(tracer_provider=provider))
+    agent = _scripted_agent(
+        [], capabilities=[capability, HarnessSpanAttributes(capability), instrumentation]
+    )
+
+    assert _bounded(agent.run("why?")).output == "disk full"
+
+    (charge,) = capability.charges
+    assert charge.cost is not None
+    (chat,) = [span for span in exporter.get_finished_spans() if span.name.startswith("chat")]
+    attributes = chat.attributes or {}
+    assert attributes[COST] == float(charge.cost)
+    assert attributes[COST_HELD] == float(charge.held)
+    assert attributes["gen_ai.request.max_tokens"] == DEFAULT_MAX_TOKENS
+    assert capability.charge_of(ModelResponse(parts=[])) is None  # an answer it never priced
     provider.shutdown()

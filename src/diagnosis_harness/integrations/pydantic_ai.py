@@ -42,6 +42,8 @@ those tasks, and never refuses a tool call by raising in one:
 
 from __future__ import annotations
 
+import threading
+import weakref
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, final
@@ -181,6 +183,7 @@ class HarnessCapability(AbstractCapability[Any]):
     default_max_tokens: int = DEFAULT_MAX_TOKENS
     _tools: GovernedTools = field(init=False, repr=False)
     _model_call: ModelCall = field(init=False, repr=False)
+    _charges: _ResponseCharges = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if type(self.finishes_run) is not bool:
@@ -200,6 +203,7 @@ class HarnessCapability(AbstractCapability[Any]):
             prices=self.prices,
             default_max_tokens=self.default_max_tokens,
         )
+        self._charges = _ResponseCharges()
 
     @property
     def tools(self) -> GovernedTools:
@@ -216,6 +220,13 @@ class HarnessCapability(AbstractCapability[Any]):
         """The priced model requests, in order: what each held, the ``max_tokens`` it was sent
         with (and whether the money left lowered it), what it settled. Empty without ``prices``."""
         return self._model_call.charges
+
+    def charge_of(self, response: ModelResponse) -> ModelCharge | None:
+        """The money of the priced request that answered ``response`` (``None``: not priced, not
+        answered through this capability, or streamed: pydantic-ai hands on a stream's answer as
+        a new snapshot of it, which no request answered). Read once: a second read gives
+        ``None``. A streamed request's money is in :attr:`charges`."""
+        return self._charges.take(response)
 
     def tool_call_key(self, tool_call_id: str) -> str:
         """The Tool Call key of a tool call (a tool reads its ID from ``ctx.tool_call_id``)."""
@@ -276,7 +287,7 @@ class HarnessCapability(AbstractCapability[Any]):
         # Called for every attempt, with the model that serves it (another capability's retry or
         # fallback included): the attempt's Model call is reserved by the wrapper, not a hook.
         _refuse_hidden_retries(model)
-        return _GovernedAttemptModel(model, self._model_call, self._tools)
+        return _GovernedAttemptModel(model, self._model_call, self._tools, self._charges)
 
     # -- tool calls: governed, and a refusal skips the call instead of cancelling its siblings --
 
@@ -321,10 +332,17 @@ class _GovernedAttemptModel(WrapperModel):
     in its own task where its siblings may have run.
     """
 
-    def __init__(self, wrapped: Model, model_call: ModelCall, tools: GovernedTools) -> None:
+    def __init__(
+        self,
+        wrapped: Model,
+        model_call: ModelCall,
+        tools: GovernedTools,
+        charges: _ResponseCharges,
+    ) -> None:
         super().__init__(wrapped)
         self._model_call = model_call
         self._tools = tools
+        self._charges = charges
 
     async def request(
         self,
@@ -338,6 +356,8 @@ class _GovernedAttemptModel(WrapperModel):
                 messages, _sent_settings(model_settings, reservation), model_request_parameters
             )
             reservation.record_response(response, _usage_of)
+        if request is not None:
+            self._charges.note(response, reservation)
         self._check_tool_calls(response, model_request_parameters)
         return response
 
@@ -400,6 +420,41 @@ class _GovernedAttemptModel(WrapperModel):
                     tools = {tool.name for tool in parameters.function_tools}
                 if part.tool_name in tools:
                     self._tools.key_for(part.tool_name, part.tool_call_id)
+
+
+@final
+class _ResponseCharges:
+    """Which priced request answered which response: for the response's ``chat`` span.
+
+    pydantic-ai's ``after_model_request`` hook sees the response, not the wrapper's reservation;
+    the wrapper notes it here, keyed by the response object (a capability may serve concurrent
+    runs, so no "last request" would do). An entry leaves when it is read or when its response
+    is collected (``weakref.finalize``), so a run without span attributes keeps none for long.
+    ``_by_response`` is guarded by ``_lock``.
+    """
+
+    __slots__ = ("_by_response", "_lock")
+
+    def __init__(self) -> None:
+        self._by_response: dict[int, ModelReservation] = {}
+        self._lock = threading.Lock()
+
+    def note(self, response: ModelResponse, reservation: ModelReservation) -> None:
+        key = id(response)
+        with self._lock:
+            self._by_response[key] = reservation
+        # The id is free for reuse only once the response is collected: forget it then.
+        weakref.finalize(response, self._forget, key, reservation)
+
+    def take(self, response: ModelResponse) -> ModelCharge | None:
+        with self._lock:
+            reservation = self._by_response.pop(id(response), None)
+        return None if reservation is None else reservation.charge()
+
+    def _forget(self, key: int, reservation: ModelReservation) -> None:
+        with self._lock:
+            if self._by_response.get(key) is reservation:
+                del self._by_response[key]
 
 
 def _sent_settings(
@@ -470,9 +525,12 @@ class HarnessSpanAttributes(AbstractCapability[Any]):
 
     It starts no span -- nothing is doubled -- and sets, on pydantic-ai's ``invoke_agent`` span,
     the run's termination state and exhausted dimension; on each ``chat`` span, the request's
-    outcome (and failure kind); on each ``execute_tool`` span (one per attempt), the attempt's
-    number, outcome and failure kind, as the capability's executor classifies them. A Tool call
-    the budget refused never starts, so pydantic-ai opens no span for it.
+    outcome (and failure kind) and, for a priced request that was not streamed, its money
+    (``gen_ai.usage.cost``, the hold, the ``max_tokens`` sent and whether it was lowered: see
+    :mod:`~diagnosis_harness.integrations.otel`); on each ``execute_tool`` span (one per
+    attempt), the attempt's number, outcome and failure kind, as the capability's executor
+    classifies them. A Tool call the budget refused never starts, so pydantic-ai opens no span
+    for it.
 
     It runs inside pydantic-ai's spans (its ordering is the default one, inside pydantic-ai's
     ``Instrumentation``, which is outermost) and finds each as OpenTelemetry's current span: that
@@ -511,7 +569,7 @@ class HarnessSpanAttributes(AbstractCapability[Any]):
         request_context: ModelRequestContext,
         response: ModelResponse,
     ) -> ModelResponse:
-        self._span.chat(None, self._kind)
+        self._span.chat(None, self._kind, self.capability.charge_of(response))
         return response
 
     async def on_model_request_error(
