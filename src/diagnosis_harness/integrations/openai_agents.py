@@ -284,7 +284,9 @@ def _response_of(response: Any) -> ChatResponse:
 
 
 def _model_name(model: object) -> str:
-    return str(getattr(model, "model", type(model).__name__))
+    """The model's name (the SDK's OpenAI models keep it as ``model``), else its class's name."""
+    name = getattr(model, "model", None)
+    return name if isinstance(name, str) and name.strip() else type(model).__name__
 
 
 _CALL_NAME = "openai-agents Model call"
