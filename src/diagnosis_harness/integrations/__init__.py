@@ -15,6 +15,12 @@ and a missing one is an ``ImportError`` that names the extra to install
   retry policy: each ``create``/``stream`` is gated, reserves a Model call per attempt, cuts the
   request's timeout to the deadline, records the actual token usage (:class:`TokenUsage`,
   :class:`UsageNotReported`), and retries only through ``HarnessRetryExecutor``.
+- Money: given ``prices=`` (``diagnosis_harness.pricing``: ``GenaiPrices()``, a
+  ``PriceTable``; required under a money limit), each attempt holds its request's worst case
+  (:func:`input_bound` of its input, its ``max_tokens`` or :data:`DEFAULT_MAX_TOKENS`, lowered
+  to what the money left can pay for) and settles the usage priced exactly; ``charges``
+  journals each priced attempt (:class:`ModelCharge`). :class:`ModelRequest` describes a
+  request to price, for an adapter of your own.
 - Classification: :func:`classify_openai`, :func:`classify_anthropic` and :func:`classify_sdk`
   map SDK exceptions to :class:`~diagnosis_harness.FailureKind` for
   ``HarnessRetryExecutor(ctx, classifier=...)``.
@@ -48,11 +54,13 @@ from ._config import (
     load_model_client_config,
 )
 from ._governed import AsyncGovernedStream, GovernedStream, TokenUsage, UsageNotReported
+from ._model_call import DEFAULT_MAX_TOKENS, ModelCharge, ModelRequest, input_bound
 from ._openai import AsyncGovernedOpenAI, GovernedOpenAI
 from ._tools import GovernedTools, result_bytes
 
 __all__ = [
     "DEFAULT_CONFIG_PATH",
+    "DEFAULT_MAX_TOKENS",
     "AsyncGovernedAnthropic",
     "AsyncGovernedOpenAI",
     "AsyncGovernedStream",
@@ -61,7 +69,9 @@ __all__ = [
     "GovernedOpenAI",
     "GovernedStream",
     "GovernedTools",
+    "ModelCharge",
     "ModelClientConfig",
+    "ModelRequest",
     "TokenUsage",
     "UsageNotReported",
     "anthropic_client",
@@ -71,6 +81,7 @@ __all__ = [
     "classify_openai",
     "classify_sdk",
     "ensure_no_hidden_retries",
+    "input_bound",
     "kind_of_status",
     "load_model_client_config",
     "openai_client",

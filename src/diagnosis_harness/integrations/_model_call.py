@@ -94,7 +94,7 @@ C_contra = TypeVar("C_contra", contravariant=True)
 
 
 @final
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class TokenUsage:
     """The tokens one response used, as the provider reported them and as the run recorded them.
 
@@ -114,6 +114,15 @@ class TokenUsage:
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+    def __repr__(self) -> str:
+        # The cache's parts only where reported: most usages have none.
+        parts = [f"input_tokens={self.input_tokens}", f"output_tokens={self.output_tokens}"]
+        for name in ("cache_read_tokens", "cache_write_tokens", "cache_write_1h_tokens"):
+            value = getattr(self, name)
+            if value:
+                parts.append(f"{name}={value}")
+        return f"TokenUsage({', '.join(parts)})"
 
 
 @final
@@ -607,6 +616,7 @@ class ModelCall:
         "_prices",
         "_provider",
         "_request_timeout",
+        "_reserving",
         "_server",
         "_tracing",
     )
@@ -647,6 +657,10 @@ class ModelCall:
         self._price_data = version if isinstance(version, str) else None
         self._charges: list[ModelReservation] = []  # the priced reservations, in order
         self._charges_lock = threading.Lock()  # guards _charges
+        # Makes reading the money left and holding a share of it one step for this model call's
+        # reservations. Re-entrant: a refused hold ends the run, whose cancellation callbacks
+        # run on this thread under it, and one of them may reserve again (and be refused).
+        self._reserving = threading.RLock()
         self._policy = None if policy is None else policy_of(ctx, policy)
         self._executor = executor_of(ctx, executor, classifier, default=default_classifier)
         self._request_timeout = _positive_seconds("request_timeout", request_timeout)
@@ -723,8 +737,10 @@ class ModelCall:
         ``max_tokens`` lowered to what the money left can pay for, is held with the Model call in
         one decision (``BudgetExhausted`` on ``COST`` if even one output token cannot be paid
         for). The adapter sends the reservation's :attr:`~ModelReservation.max_tokens`. The money
-        left is read just before the hold: a hold granted to another call in between may make
-        the core refuse this one (on ``COST``), as it would without lowering.
+        left is read and held in one step among this model call's reservations; a hold placed
+        in between by anything else on the run (another adapter's model call, a Tool call, a
+        process sharing the run) may still make the core refuse this one, on ``COST``, as it
+        would without lowering.
         """
         if request is not None and type(request) is not ModelRequest:
             raise TypeError(f"request must be a ModelRequest or None, got {request!r}")
@@ -741,22 +757,21 @@ class ModelCall:
         price = prices.model_price(request.model, provider=request.provider)  # UnknownPrice
         limit = self._ctx.budget.limits.cost
         wanted = self._default_max_tokens if request.max_tokens is None else request.max_tokens
-        sent: int | None = wanted
         if limit is None:
             sent = request.max_tokens  # nothing added to a request that gives none
+            hold = self._ctx.reserve_model_call(max_cost=self._worst(price, request, wanted))
         else:
             from ..pricing import to_units  # noqa: PLC0415 - with the prices only
 
-            usage = self._ctx.budget.snapshot()
-            left = to_units(limit) - usage.cost_units - usage.cost_held_units
-            sent = _max_affordable(price, request, wanted, left)
-        held_for = wanted if sent is None else sent
-        worst = price.worst_case(
-            input_tokens_bound=request.input_bound,
-            max_output_tokens=held_for,
-            writes_cache=request.writes_cache,
-        )
-        hold = self._ctx.reserve_model_call(max_cost=worst)
+            # The money left is read and held in one step for this model call's reservations:
+            # two of its calls racing would otherwise both size their hold on the same money
+            # left, and the core would refuse the second, ending the run, where a lower
+            # max_tokens would have fitted.
+            with self._reserving:
+                usage = self._ctx.budget.snapshot()
+                left = to_units(limit) - usage.cost_units - usage.cost_held_units
+                sent = _max_affordable(price, request, wanted, left)
+                hold = self._ctx.reserve_model_call(max_cost=self._worst(price, request, sent))
         reservation = ModelReservation(
             self,
             name,
@@ -769,6 +784,14 @@ class ModelCall:
         with self._charges_lock:
             self._charges.append(reservation)
         return reservation
+
+    @staticmethod
+    def _worst(price: ModelPrice, request: ModelRequest, max_tokens: int) -> Decimal:
+        return price.worst_case(
+            input_tokens_bound=request.input_bound,
+            max_output_tokens=max_tokens,
+            writes_cache=request.writes_cache,
+        )
 
     def timeout(self, client_timeout: object) -> object:
         """The request's ``timeout=``: the client's (or ``request_timeout``), cut to the deadline.

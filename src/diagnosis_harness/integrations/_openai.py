@@ -115,7 +115,7 @@ def _request_of(params: dict[str, Any], server: Server | None) -> ModelRequest:
     for limit in limits:
         if type(limit) is not int or limit < 1:
             raise ValueError(
-                f"max_completion_tokens / max_tokens must be an int >= 1, got {limit!r}"
+                f"max_completion_tokens and max_tokens must be ints >= 1, got {limit!r}"
             )
     openai = server is not None and server.address == "api.openai.com"
     return ModelRequest(
