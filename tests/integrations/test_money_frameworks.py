@@ -60,6 +60,7 @@ from diagnosis_harness import (
     RunState,
 )
 from diagnosis_harness.integrations import ModelClientConfig, async_openai_client
+from diagnosis_harness.integrations._anthropic import TOOLS_PROMPT_TOKENS
 from diagnosis_harness.integrations._model_call import DEFAULT_MAX_TOKENS
 from diagnosis_harness.integrations.openai_agents import (
     harness_run_config,
@@ -333,6 +334,29 @@ def test_without_a_money_limit_the_cost_is_tracked_and_nothing_is_added_to_the_r
     assert charge.max_tokens is None
     assert _sent_max_tokens(seen[0]) is None
     assert ctx.budget.snapshot().cost == TABLE_PRICE.cost(input_tokens=300, output_tokens=50)
+
+
+def test_a_claude_model_given_tools_holds_anthropics_tool_prompt_too() -> None:
+    """Anthropic adds a tool-use system prompt the request does not send: its bound is added."""
+
+    def held_for(model_name: str) -> Decimal:
+        def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            return ModelResponse(
+                parts=[TextPart("disk full")], usage=RequestUsage(input_tokens=1, output_tokens=1)
+            )
+
+        agent: Agent[None, str] = Agent(FunctionModel(answer, model_name=model_name))
+
+        @agent.tool_plain
+        def logs(service: str) -> str:
+            return "ok"
+
+        capability = HarnessCapability(_money_run(), prices=PriceTable({model_name: TABLE_PRICE}))
+        _bounded(agent.run("why?", capabilities=[capability]))
+        return capability.charges[0].held
+
+    tool_prompt = TABLE_PRICE.cost(input_tokens=TOOLS_PROMPT_TOKENS, output_tokens=0)
+    assert held_for("claude-sonnet-4-5") - held_for("llama-3") == tool_prompt
 
 
 def test_a_priced_stream_settles_at_its_end(loopback: LoopbackServer) -> None:

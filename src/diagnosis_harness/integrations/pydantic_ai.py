@@ -52,6 +52,7 @@ from .._boundary import Boundary
 from .._errors import RunTerminated
 from .._generated.tables import RunState
 from ._agent_endings import agent_run_ending, refused_tool_call
+from ._anthropic import TOOLS_PROMPT_TOKENS
 from ._extras import missing_extra
 from ._model_call import (
     DEFAULT_MAX_TOKENS,
@@ -393,8 +394,9 @@ class _GovernedAttemptModel(WrapperModel):
 
         The input bound covers what the request sends: the messages (the instructions are in
         them) and the request's parameters (the tool definitions and their schemas, the output
-        tools); ``max_tokens`` is the one the wrapped model would send (its own settings, under
-        the run's).
+        tools), plus, for a Claude model given tools, the tool-use system prompt Anthropic adds
+        (:data:`~._anthropic.TOOLS_PROMPT_TOKENS`); ``max_tokens`` is the one the wrapped model
+        would send (its own settings, under the run's).
         """
         if self._model_call.prices is None:
             return None
@@ -403,11 +405,16 @@ class _GovernedAttemptModel(WrapperModel):
             "parameters": pydantic_core.to_jsonable_python(parameters, fallback=str),
         }
         settings = merge_model_settings(self.wrapped.settings, model_settings) or {}
+        model, provider = self.wrapped.model_name, self.wrapped.system
+        bound = input_bound(payload)
+        claude = provider == "anthropic" or "claude" in model.lower()
+        if claude and (parameters.function_tools or parameters.output_tools):
+            bound += TOOLS_PROMPT_TOKENS  # Anthropic's tool-use system prompt, never sent
         return ModelRequest(
-            model=self.wrapped.model_name,
-            input_bound=input_bound(payload),
+            model=model,
+            input_bound=bound,
             max_tokens=settings.get("max_tokens"),
-            provider=self.wrapped.system or None,
+            provider=provider or None,
         )
 
     def _check_tool_calls(
