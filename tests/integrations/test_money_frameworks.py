@@ -59,7 +59,7 @@ from diagnosis_harness import (
     RunContext,
     RunState,
 )
-from diagnosis_harness.integrations import ModelClientConfig, async_openai_client
+from diagnosis_harness.integrations import ModelClientConfig, UsageNotReported, async_openai_client
 from diagnosis_harness.integrations._anthropic import TOOLS_PROMPT_TOKENS
 from diagnosis_harness.integrations._model_call import DEFAULT_MAX_TOKENS
 from diagnosis_harness.integrations.openai_agents import (
@@ -596,3 +596,21 @@ def test_pydantic_ais_chat_span_carries_the_cost() -> None:
     assert attributes["gen_ai.request.max_tokens"] == DEFAULT_MAX_TOKENS
     assert capability.charge_of(ModelResponse(parts=[])) is None  # an answer it never priced
     provider.shutdown()
+
+
+def test_an_agents_stream_read_to_its_end_without_usage_is_refused_and_keeps_its_hold(
+    loopback: LoopbackServer,
+) -> None:
+    """A server that ignores ``include_usage``: the stream ends without a usage, which the run's
+    budgets cannot count -- ``UsageNotReported``, as every governed stream, and the hold stays."""
+    loopback.script(Reply(text="disk full", usage=False))
+    ctx = _money_run()
+    config = _agents_config(ctx, loopback, prices=PRICES)
+
+    with pytest.raises(UsageNotReported):
+        asyncio.run(run_governed_streamed(AgentsAgent(name="diag"), "why?", run_config=config))
+
+    (charge,) = model_charges(config)
+    assert charge.cost is None
+    assert ctx.budget.snapshot().cost_held == charge.held
+    assert ctx.lifecycle.state is RunState.FAILED
