@@ -20,6 +20,8 @@ import anthropic
 import genai_prices
 import openai
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -673,3 +675,44 @@ def test_the_input_bound_is_never_below_one_token_per_character_of_text() -> Non
     text = "Ünïcødé, emoji 🚀 and\nnewlines\t" * 20
     messages = [{"role": "user", "content": text}]
     assert input_bound(messages) >= len(text.encode()) + len(messages) * 3
+
+
+# -- lowering: the most output tokens the money left pays for ---------------------------------
+
+
+_PER_MTOK = st.decimals(min_value=D("0.01"), max_value=D("100"), places=3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    input_price=_PER_MTOK,
+    output_price=_PER_MTOK,
+    bound=st.integers(min_value=0, max_value=300_000),
+    wanted=st.integers(min_value=1, max_value=200_000),
+    limit=st.decimals(min_value=D("0.000001"), max_value=D("20"), places=6),
+)
+def test_max_tokens_is_lowered_to_exactly_the_most_the_limit_pays_for(
+    input_price: Decimal, output_price: Decimal, bound: int, wanted: int, limit: Decimal
+) -> None:
+    """The hold of the tokens sent fits the limit, and one token more would not (or the request's
+    own max_tokens is sent); when not even one fits, the core refuses the reservation."""
+    price = ModelPrice(input_per_mtok=input_price, output_per_mtok=output_price)
+    ctx = _run(limit)
+    model_call = ModelCall(ctx, policy=None, prices=PriceTable({"m": price}))
+
+    def held(tokens: int) -> Decimal:
+        return price.worst_case(input_tokens_bound=bound, max_output_tokens=tokens)
+
+    request = ModelRequest("m", bound, wanted)
+    if held(1) > limit:
+        with pytest.raises(BudgetExhausted) as refused:
+            model_call.reserve("call", request)
+        assert refused.value.dimension is BudgetDimension.COST
+        return
+    reservation = model_call.reserve("call", request)
+    sent = reservation.max_tokens
+    assert sent is not None
+    assert 1 <= sent <= wanted
+    assert reservation.held == held(sent) <= limit
+    assert sent == wanted or held(sent + 1) > limit
+    assert reservation.lowered is (sent < wanted)
