@@ -59,9 +59,13 @@ from diagnosis_harness import (
     RunContext,
     RunState,
 )
-from diagnosis_harness.integrations import ModelClientConfig, UsageNotReported, async_openai_client
+from diagnosis_harness.integrations import (
+    DEFAULT_MAX_TOKENS,
+    ModelClientConfig,
+    UsageNotReported,
+    async_openai_client,
+)
 from diagnosis_harness.integrations._anthropic import TOOLS_PROMPT_TOKENS
-from diagnosis_harness.integrations._model_call import DEFAULT_MAX_TOKENS
 from diagnosis_harness.integrations.openai_agents import (
     harness_run_config,
     model_charges,
