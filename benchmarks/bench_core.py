@@ -4,6 +4,9 @@
   deadline and reading one attribute: <= 3x;
 - ``ctx.reserve_tool_call(name)`` vs a ``threading.Lock`` plus a dict increment and an int
   compare: <= 3x;
+- a hold and its settle -- ``ctx.reserve_tool_call(name, max_cost=D)`` then
+  ``hold.settle(cost=D)``, on a run with a money limit -- vs ``ctx.reserve_tool_call(name)`` on a
+  run without one: <= 1.5x;
 - ``RunContext.create(...)`` vs constructing one frozen dataclass with 7 fields: <= 30x;
 - 8 threads reserving against one budget vs the same with a bare lock: <= 3x (it measures lock
   convoys under the GIL as much as the design);
@@ -26,6 +29,7 @@ import dataclasses
 import sys
 import threading
 import time
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from _ratio import Ratio, Session
@@ -54,6 +58,15 @@ def _limits() -> BudgetLimits:
 
 def _new_run() -> RunContext:
     return RunContext.create(session_id="bench", run_id="core", limits=_limits(), timeout=3600)
+
+
+PRICE = Decimal("0.10")  # a Tool's price: its hold, and its actual cost
+
+
+def _money_run() -> RunContext:
+    """A run with a money limit no benchmark reaches: 10**12 dollars, 10**13 calls at PRICE."""
+    limits = dataclasses.replace(_limits(), cost=Decimal(10**12))
+    return RunContext.create(session_id="bench", run_id="money", limits=limits, timeout=3600)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,6 +213,11 @@ def _pairs() -> dict[str, _Pair]:
             counts[tool] = used + 1
 
     shared = _new_run()
+    paid = _money_run()
+
+    def hold_and_settle() -> None:
+        paid.reserve_tool_call("t", max_cost=PRICE).settle(cost=PRICE)
+
     return {
         "ctx.check(boundary)": _Pair(
             lambda: ctx.check(Boundary.TOOL),
@@ -212,6 +230,12 @@ def _pairs() -> dict[str, _Pair]:
             lambda: reserve_baseline("t"),
             3.0,
             "a `threading.Lock`, a dict increment and an int compare",
+        ),
+        "hold and settle: ctx.reserve_tool_call(name, max_cost=D), hold.settle(cost=D)": _Pair(
+            hold_and_settle,
+            lambda: ctx.reserve_tool_call("t"),
+            1.5,
+            "`ctx.reserve_tool_call(name)` on a run without a money limit",
         ),
         "RunContext.create(...)": _Pair(
             _new_run,

@@ -90,13 +90,14 @@ class RunBackend(CancellationOwner, Protocol):
         """Pass while live; else end the run ``TIMED_OUT`` if it is live and past the deadline,
         and raise the run's ``RunTerminated``."""
 
-    def reserve_model_call(self, now_ns: int, hold: int = 0) -> None:
+    def reserve_model_call(self, now_ns: int, hold: int | None = None) -> None:
         """One Model call and its money ``hold`` (picodollars, ``max_cost`` rounded up), all or
         nothing: a hold that would take settled + held past the money limit is refused
-        (``COST``). Called without ``hold`` when the caller gave no ``max_cost``; a store that
-        holds no money refuses a ``hold`` with ValueError before anything is reserved."""
+        (``COST``). Called without ``hold`` when the caller gave no ``max_cost``: under a money
+        limit that is a ValueError (``max_cost`` is required) before anything is reserved; a
+        store that holds no money refuses a ``hold`` with ValueError the same way."""
 
-    def reserve_tool_call(self, tool: str, now_ns: int, hold: int = 0) -> None:
+    def reserve_tool_call(self, tool: str, now_ns: int, hold: int | None = None) -> None:
         """One call of ``tool`` and its money ``hold``: the total, the Tool's own counter and the
         hold move together or not at all."""
 

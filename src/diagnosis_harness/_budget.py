@@ -11,8 +11,8 @@ the run's deadline and outcome in the same decision.
 Money. A Model or Tool call's reservation returns a :class:`CallHold`: the call's worst case
 (``max_cost``), held against the money limit in the reservation's own decision, until
 :meth:`CallHold.settle` records the actual cost and releases the rest. The amounts are integer
-picodollars (:func:`diagnosis_harness.pricing.to_units`, rounded up) inside, ``Decimal`` US
-dollars outside; ``decimal`` is imported only when a hold or a settle is given an amount.
+picodollars (rounded up, by :mod:`._money`, the one owner of that conversion) inside, ``Decimal``
+US dollars outside; ``decimal`` is imported only when a hold or a settle is given an amount.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import threading
 from typing import TYPE_CHECKING, final
 
 from ._boundary import Boundary
-from ._limits import checked_money, dollars
 from ._validate import non_negative_int
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from decimal import Decimal
 
     from ._backend import RunBackend
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ._generated.tables import BudgetState
     from ._limits import BudgetDimension, BudgetLimits, BudgetUsage
 
-__all__ = ["Budget", "CallHold"]
+__all__ = ["Budget", "CallHold", "granted_hold", "money_units"]
 
 
 @final
@@ -65,11 +65,39 @@ class Budget:
         return f"Budget(state={self.state.name}, exhausted={self.exhausted})"
 
 
+_units_up: Callable[[str, object], int] | None = None  # ._money.units_up, once loaded
+
+
 def money_units(name: str, value: object) -> int:
     """``value`` (a ``Decimal`` of US dollars >= 0, checked) as picodollars rounded up."""
-    from .pricing import to_units  # noqa: PLC0415 - lazily: it loads decimal
+    global _units_up  # noqa: PLW0603 - the one lazily bound reference
+    convert = _units_up
+    if convert is None:  # the first amount: load decimal now. Bound once, as an import
+        # statement in a function costs microseconds on every call, a global read nothing.
+        from ._money import units_up  # noqa: PLC0415 - lazily: it loads decimal
 
-    return to_units(checked_money(name, value), rounding="up")
+        convert = _units_up = units_up
+    return convert(name, value)
+
+
+# Settling once is a test-and-set of the hold's own flag, made under this one lock shared by
+# every hold: a lock of each hold's own would be built with every reservation, settled or not
+# (most of what a reservation cost), while this one is taken only by a settle, for one read and
+# one write, never around a call.
+_SETTLING = threading.Lock()
+_new = object.__new__
+
+
+def granted_hold(owner: RunBackend, clock: Clock, tool: str | None, hold: int) -> CallHold:
+    """The :class:`CallHold` of a call ``owner`` has granted -- a call of ``tool``, or a Model
+    call when ``tool`` is ``None`` -- holding ``hold`` picodollars. For ``RunContext`` only."""
+    self: CallHold = _new(CallHold)
+    self._owner = owner
+    self._clock = clock
+    self._tool = tool
+    self._hold = hold
+    self._settled = False
+    return self
 
 
 @final
@@ -79,16 +107,17 @@ class CallHold:
 
     It holds ``max_cost`` (zero when the reservation gave none) until :meth:`settle` records the
     call's actual cost and releases the hold. A hold settles once; a hold never settled stays
-    charged at its worst case (a call cut off in flight may still be billed). Thread-safe.
+    charged at its worst case (a call cut off in flight may still be billed). Thread-safe: of
+    racing settles exactly one turns ``_settled`` True (one test-and-set under ``_SETTLING``) and
+    records; it turns back False only when that settle recorded nothing (its store refused).
     """
 
-    __slots__ = ("_boundary", "_clock", "_hold", "_once", "_owner", "_tool")
+    __slots__ = ("_clock", "_hold", "_owner", "_settled", "_tool")
 
-    _boundary: Boundary
     _clock: Clock
     _hold: int
-    _once: threading.Lock
     _owner: RunBackend
+    _settled: bool
     _tool: str | None
 
     def __init__(self, *args: object, **kwargs: object) -> None:  # noqa: ARG002
@@ -97,24 +126,10 @@ class CallHold:
             "ctx.reserve_tool_call(...); it cannot be built"
         )
 
-    @classmethod
-    def _granted(
-        cls, owner: RunBackend, clock: Clock, boundary: Boundary, tool: str | None, hold: int
-    ) -> CallHold:
-        """The hold of a call ``owner`` granted, ``hold`` picodollars (for the run only)."""
-        self = object.__new__(cls)
-        self._owner = owner
-        self._clock = clock
-        self._boundary = boundary
-        self._tool = tool
-        self._hold = hold
-        self._once = threading.Lock()  # taken by the one settle; never released after it
-        return self
-
     @property
     def boundary(self) -> Boundary:
         """``Boundary.MODEL`` for a Model call's hold, ``Boundary.TOOL`` for a Tool call's."""
-        return self._boundary
+        return Boundary.MODEL if self._tool is None else Boundary.TOOL
 
     @property
     def tool(self) -> str | None:
@@ -125,12 +140,14 @@ class CallHold:
     def max_cost(self) -> Decimal:
         """The amount held, in US dollars: the reservation's ``max_cost`` (rounded up to a
         picodollar), zero when it gave none."""
+        from ._money import dollars  # noqa: PLC0415 - lazily: it loads decimal
+
         return dollars(self._hold)
 
     @property
     def settled(self) -> bool:
         """Whether :meth:`settle` was called (or is being called) on this hold."""
-        return self._once.locked()
+        return self._settled
 
     def settle(
         self,
@@ -151,24 +168,30 @@ class CallHold:
         and changes nothing.
         """
         units = money_units("cost", cost)
-        if self._boundary is Boundary.TOOL:
+        tool = self._tool
+        if tool is not None:
             if input_tokens is not None or output_tokens is not None:
                 raise ValueError(
-                    f"a Tool call's hold ({self._tool!r}) records no tokens: settle(cost=...) only"
+                    f"a Tool call's hold ({tool!r}) records no tokens: settle(cost=...) only"
                 )
+            boundary = Boundary.TOOL
             tokens_in = tokens_out = 0
         else:
+            boundary = Boundary.MODEL
             tokens_in = (
                 0 if input_tokens is None else non_negative_int("input_tokens", input_tokens)
             )
             tokens_out = (
                 0 if output_tokens is None else non_negative_int("output_tokens", output_tokens)
             )
-        if not self._once.acquire(blocking=False):
+        with _SETTLING:
+            again = self._settled
+            self._settled = True
+        if again:
             raise RuntimeError(f"{self!r} is settled already: a hold settles once")
         try:
             self._owner.settle(
-                self._boundary,
+                boundary,
                 self._hold,
                 units,
                 input_tokens=tokens_in,
@@ -176,10 +199,10 @@ class CallHold:
                 now_ns=self._clock.monotonic_ns(),
             )
         except BaseException:
-            self._once.release()  # nothing was recorded (a store refused): it may settle again
+            self._settled = False  # nothing was recorded (a store refused): it may settle again
             raise
 
     def __repr__(self) -> str:
         call = "Model call" if self._tool is None else f"Tool call {self._tool!r}"
-        state = "settled" if self.settled else "held"
+        state = "settled" if self._settled else "held"
         return f"CallHold({call}, max_cost={self.max_cost}, {state})"

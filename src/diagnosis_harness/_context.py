@@ -17,7 +17,7 @@ from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING, Any, final
 
 from ._boundary import Boundary
-from ._budget import Budget, CallHold, money_units
+from ._budget import Budget, granted_hold, money_units
 from ._cancellation import Cancellation, checked_error_handler
 from ._clock import Clock, Deadline, SystemClock
 from ._errors import InvalidRunIdentity, InvalidRunIdentityType
@@ -33,15 +33,12 @@ if TYPE_CHECKING:
     from decimal import Decimal
 
     from ._backend import RunBackend, RunStore
+    from ._budget import CallHold
     from ._cancellation import CallbackErrorHandler
 
 __all__ = ["RunContext"]
 
 _CREATE_KEY = object()  # only RunContext.create holds it: the parts must belong to one run
-_MAX_COST_REQUIRED = (
-    "{call} needs max_cost=Decimal(...): the run has a money limit (BudgetLimits.cost), so each "
-    "call must hold its worst case before it is made"
-)
 _NOT_BUILT: Any = None  # the default that lets a direct call reach the TypeError that says so
 
 
@@ -264,30 +261,31 @@ class RunContext:
         held + ``max_cost`` would pass it (``BudgetExhausted`` on ``COST``). With a money limit it
         is required (ValueError, nothing reserved); without one it is optional, and tracked.
         """
+        # The owner refuses a missing max_cost under a money limit (ValueError), in the decision
+        # it makes anyway: no read of the limits here, on every call.
         owner = self._owner
+        clock = self.clock
         if max_cost is None:
-            if owner.limits.cost is not None:
-                raise ValueError(_MAX_COST_REQUIRED.format(call="reserve_model_call()"))
-            owner.reserve_model_call(self.clock.monotonic_ns())
-            return CallHold._granted(owner, self.clock, Boundary.MODEL, None, 0)  # noqa: SLF001
+            owner.reserve_model_call(clock.monotonic_ns())
+            return granted_hold(owner, clock, None, 0)
         hold = money_units("max_cost", max_cost)
-        owner.reserve_model_call(self.clock.monotonic_ns(), hold)
-        return CallHold._granted(owner, self.clock, Boundary.MODEL, None, hold)  # noqa: SLF001
+        owner.reserve_model_call(clock.monotonic_ns(), hold)
+        return granted_hold(owner, clock, None, hold)
 
     def reserve_tool_call(self, tool: str, *, max_cost: Decimal | None = None) -> CallHold:
         """Check the TOOL boundary and reserve one call of ``tool`` (total and per Tool) and its
         ``max_cost``, in one decision; return its :class:`CallHold` (see
         :meth:`reserve_model_call` for ``max_cost``)."""
-        non_blank_str("tool", tool)
+        if type(tool) is not str or not tool.strip():  # the common case checked inline
+            non_blank_str("tool", tool)  # raises, or passes a non-blank str subclass
         owner = self._owner
+        clock = self.clock
         if max_cost is None:
-            if owner.limits.cost is not None:
-                raise ValueError(_MAX_COST_REQUIRED.format(call=f"reserve_tool_call({tool!r})"))
-            owner.reserve_tool_call(tool, self.clock.monotonic_ns())
-            return CallHold._granted(owner, self.clock, Boundary.TOOL, tool, 0)  # noqa: SLF001
+            owner.reserve_tool_call(tool, clock.monotonic_ns())
+            return granted_hold(owner, clock, tool, 0)
         hold = money_units("max_cost", max_cost)
-        owner.reserve_tool_call(tool, self.clock.monotonic_ns(), hold)
-        return CallHold._granted(owner, self.clock, Boundary.TOOL, tool, hold)  # noqa: SLF001
+        owner.reserve_tool_call(tool, clock.monotonic_ns(), hold)
+        return granted_hold(owner, clock, tool, hold)
 
     def reserve_bytes(self, n: int) -> None:
         """Check the CAPACITY boundary and reserve ``n`` (> 0) bytes of the run's byte budget."""

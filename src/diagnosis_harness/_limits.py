@@ -42,31 +42,6 @@ COUNTED_DIMENSIONS: Final = tuple(d for d in BudgetDimension if d is not BudgetD
 """The seven limits that are positive ints, always set (every dimension but ``COST``)."""
 
 
-def dollars(units: int) -> Decimal:
-    """``units`` picodollars as exact US dollars, written as a reader writes them (``0.4``,
-    ``0``, ``2``: no trailing zeros, no exponent)."""
-    from .pricing import _tidy, from_units  # noqa: PLC0415 - lazily: it loads decimal
-
-    return _tidy(from_units(units))
-
-
-def checked_money(name: str, value: object, *, positive: bool = False, hint: str = "") -> Decimal:
-    """A finite ``decimal.Decimal`` of US dollars, >= 0 (> 0 when ``positive``); anything else
-    (a float, an int, a bool, a str, NaN, Infinity, a negative amount) raises, naming ``name``."""
-    from decimal import Decimal  # noqa: PLC0415 - lazily: import diagnosis_harness needs none
-
-    bound = "> 0" if positive else ">= 0"
-    if type(value) is not Decimal:
-        exact = " (money is exact: not a float)" if isinstance(value, float) else ""
-        raise TypeError(
-            f"{name} must be a decimal.Decimal of US dollars {bound}, e.g. Decimal('2.00'){hint}"
-            f"{exact}; got {value!r}"
-        )
-    if not value.is_finite() or value < 0 or (positive and value == 0):
-        raise ValueError(f"{name} must be a finite Decimal of US dollars {bound}, got {value!r}")
-    return value
-
-
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BudgetLimits:
@@ -93,6 +68,8 @@ class BudgetLimits:
         for dimension in COUNTED_DIMENSIONS:
             positive_int(dimension.value, getattr(self, dimension.value))
         if self.cost is not None:
+            from ._money import checked_money  # noqa: PLC0415 - lazily: it loads decimal
+
             checked_money("cost", self.cost, positive=True, hint=", or None for no money budget")
         overrides: object = self.per_tool_overrides
         if not isinstance(overrides, Mapping):
@@ -140,11 +117,15 @@ class BudgetUsage:
     @property
     def cost(self) -> Decimal:
         """The money settled so far, in US dollars (actual costs, each rounded up)."""
+        from ._money import dollars  # noqa: PLC0415 - lazily: it loads decimal
+
         return dollars(self.cost_units)
 
     @property
     def cost_held(self) -> Decimal:
         """The money held by reservations not settled yet, in US dollars (their ``max_cost``)."""
+        from ._money import dollars  # noqa: PLC0415 - lazily: it loads decimal
+
         return dollars(self.cost_held_units)
 
     def __hash__(self) -> int:

@@ -41,12 +41,20 @@ from ._endings import (
     ending_of_cancel,
     error_for,
 )
-from ._generated.tables import BUDGET, LIFECYCLE, BudgetEvent, BudgetState, LifecycleEvent, RunState
-from ._limits import BudgetDimension, BudgetLimits, BudgetUsage, dollars
+from ._generated.tables import (
+    BUDGET,
+    LIFECYCLE,
+    BudgetEvent,
+    BudgetState,
+    LifecycleEvent,
+    RunState,
+)
+from ._limits import BudgetDimension, BudgetLimits, BudgetUsage
 
 if TYPE_CHECKING:
     from ._cancellation import CallbackErrorHandler, CancellationCallback, CancellationReason
     from ._clock import Clock
+    from ._machine import Row
 
 __all__ = ["LocalRun"]
 
@@ -55,8 +63,33 @@ _RECORD_USAGE = BudgetEvent.RECORD_USAGE
 _SETTLE = BudgetEvent.SETTLE
 
 
+# The budget's steps of a granted reservation and of a settle within the limits, taken from the
+# generated table once: each is a pure function of (state, event, guard), and ACTIVE is the one
+# state either is taken from (from EXHAUSTED, terminal, the table absorbs both). A decision
+# commits one only while the budget is still in its source state, under the lock; otherwise it
+# takes the refusal (or the absorbing) path. Taken here, not per call: a lookup through the table
+# is a call, and the locked sections below make none (see the reservations' comment).
+def _active_step(event: BudgetEvent) -> Row[BudgetState, BudgetEvent]:
+    row = BUDGET.take(BudgetState.ACTIVE, event, True)
+    if row is None:  # the table's rows are the contract: a table without them is not this one
+        raise AssertionError(f"the budget table has no ACTIVE row for {event} within limits")
+    return row
+
+
+_GRANT = _active_step(_RESERVE)
+_SETTLED = _active_step(_SETTLE)
+
+
+_MAX_COST_REQUIRED = (
+    "{call} needs max_cost=Decimal(...): the run has a money limit (BudgetLimits.cost), so each "
+    "call must hold its worst case before it is made"
+)
+
+
 def _dollars(units: int) -> str:
     """``units`` picodollars as a reader writes dollars (``$0.4``): for a reason text only."""
+    from ._money import dollars  # noqa: PLC0415 - lazily: it loads decimal
+
     return f"${dollars(units)}"
 
 
@@ -117,7 +150,7 @@ class LocalRun:
         lock: threading.Lock | None = None,
     ) -> None:
         self._limits = limits
-        self._overrides = dict(limits.per_tool_overrides)  # a dict's get() beats a proxy's
+        self._overrides = dict(limits.per_tool_overrides)  # a dict's lookup beats a proxy's
         self._deadline_ns = deadline_ns
         self._clock = clock
         self._lock = threading.Lock() if lock is None else lock
@@ -135,7 +168,7 @@ class LocalRun:
         if limits.cost is None:
             self._cost_limit: int | None = None
         else:
-            from .pricing import to_units  # noqa: PLC0415 - lazily: it loads decimal
+            from ._money import to_units  # noqa: PLC0415 - lazily: it loads decimal
 
             self._cost_limit = to_units(limits.cost, rounding="up")
         self._cost_settled = 0
@@ -202,23 +235,29 @@ class LocalRun:
     # dict.get(), no checkpoint() -- because CPython may switch threads at a call, and a thread
     # switched out while it holds the run's lock makes every other reserving thread queue behind
     # it (a lock convoy; docs/performance.md has the figures). So the budget's step, a pure
-    # function of the state, is taken by the engine before the lock, and committed under it only
-    # if the budget is still in the state it was taken from. Everything else -- a limit reached,
-    # a run that is over -- is decided by the refusal path, under the same lock.
+    # function of the state, is taken from the table beforehand (``_GRANT``), and committed under
+    # the lock only if the budget is still in the state it is taken from. Everything else -- a
+    # limit reached, a run that is over, an EXHAUSTED budget -- is decided by the refusal path,
+    # under the same lock. A missing ``max_cost`` under a money limit is refused before the lock
+    # (ValueError, nothing reserved): the caller reads no limit of its own on every call.
 
-    def reserve_model_call(self, now_ns: int, hold: int = 0) -> None:
+    def reserve_model_call(self, now_ns: int, hold: int | None = None) -> None:
         limit = self._limits.model_calls
         cost_limit = self._cost_limit
-        grant = BUDGET.take(self._budget_state, _RESERVE, True)
+        if hold is None:  # the caller gave no max_cost
+            if cost_limit is not None:  # a ValueError: nothing is reserved
+                raise ValueError(_MAX_COST_REQUIRED.format(call="reserve_model_call()"))
+            hold = 0
+        grant = _GRANT
         with self._lock:
             used = self._model_calls
-            held = self._cost_held
             if (
                 self._termination is None
                 and now_ns < self._deadline_ns
                 and used < limit
-                and (cost_limit is None or self._cost_settled + held + hold <= cost_limit)
-                and grant is not None
+                and (
+                    cost_limit is None or self._cost_settled + self._cost_held + hold <= cost_limit
+                )
                 and self._budget_state is grant.source
             ):
                 if _checkpoint.scheduler is not None:  # between the checks and the writes
@@ -226,7 +265,8 @@ class LocalRun:
                 self._budget_state = grant.target
                 # The call and its hold move together, after every check: all or nothing.
                 self._model_calls = used + 1
-                self._cost_held = held + hold
+                if hold:  # a hold of 0 writes nothing
+                    self._cost_held += hold
                 return
             if used >= limit or cost_limit is None:  # else the money limit refused the hold
                 dimension = BudgetDimension.MODEL_CALLS
@@ -237,22 +277,27 @@ class LocalRun:
             pending = self._refuse_locked(Boundary.MODEL, dimension, detail, now_ns)
         self._refuse(Boundary.MODEL, pending)
 
-    def reserve_tool_call(self, tool: str, now_ns: int, hold: int = 0) -> None:
+    def reserve_tool_call(self, tool: str, now_ns: int, hold: int | None = None) -> None:
         limits = self._limits
-        limit = self._overrides.get(tool, limits.per_tool_calls)
+        overrides = self._overrides
+        limit = overrides[tool] if tool in overrides else limits.per_tool_calls  # noqa: SIM401 - no call
         cost_limit = self._cost_limit
-        grant = BUDGET.take(self._budget_state, _RESERVE, True)
+        if hold is None:  # the caller gave no max_cost
+            if cost_limit is not None:  # a ValueError: nothing is reserved
+                raise ValueError(_MAX_COST_REQUIRED.format(call=f"reserve_tool_call({tool!r})"))
+            hold = 0
+        grant = _GRANT
         with self._lock:
             total = self._tool_calls
             used = self._per_tool[tool] if tool in self._per_tool else 0  # noqa: SIM401 - no call
-            held = self._cost_held
             if (
                 self._termination is None
                 and now_ns < self._deadline_ns
                 and total < limits.tool_calls
                 and used < limit
-                and (cost_limit is None or self._cost_settled + held + hold <= cost_limit)
-                and grant is not None
+                and (
+                    cost_limit is None or self._cost_settled + self._cost_held + hold <= cost_limit
+                )
                 and self._budget_state is grant.source
             ):
                 if _checkpoint.scheduler is not None:  # between the checks and the writes
@@ -262,7 +307,8 @@ class LocalRun:
                 # Tool, and settled + held within the money limit.
                 self._tool_calls = total + 1
                 self._per_tool[tool] = used + 1
-                self._cost_held = held + hold
+                if hold:  # a hold of 0 writes nothing
+                    self._cost_held += hold
                 return
             if used < limit and total < limits.tool_calls and cost_limit is not None:
                 dimension = BudgetDimension.COST
@@ -293,40 +339,44 @@ class LocalRun:
         with self._lock:
             # The call happened: record its cost and tokens as reported, whatever the limits or
             # the run say, and release its hold.
-            used_in = self._input_tokens = self._input_tokens + input_tokens
-            used_out = self._output_tokens = self._output_tokens + output_tokens
             held = self._cost_held = self._cost_held - hold
             settled = self._cost_settled = self._cost_settled + cost
-            if used_in > limits.input_tokens:
-                dimension = BudgetDimension.INPUT_TOKENS
-                detail = TOKENS_EXCEEDED.format(limit=limits.input_tokens, used=used_in)
-            elif used_out > limits.output_tokens:
-                dimension = BudgetDimension.OUTPUT_TOKENS
-                detail = TOKENS_EXCEEDED.format(limit=limits.output_tokens, used=used_out)
-            elif used_in + used_out > limits.total_tokens:
-                dimension = BudgetDimension.TOTAL_TOKENS
-                detail = TOKENS_EXCEEDED.format(limit=limits.total_tokens, used=used_in + used_out)
+            over = None
+            if input_tokens or output_tokens:  # a Tool call's settle has none: nothing to add
+                used_in = self._input_tokens = self._input_tokens + input_tokens
+                used_out = self._output_tokens = self._output_tokens + output_tokens
+                if used_in > limits.input_tokens:
+                    over = (BudgetDimension.INPUT_TOKENS, limits.input_tokens, used_in)
+                elif used_out > limits.output_tokens:
+                    over = (BudgetDimension.OUTPUT_TOKENS, limits.output_tokens, used_out)
+                elif used_in + used_out > limits.total_tokens:
+                    over = (BudgetDimension.TOTAL_TOKENS, limits.total_tokens, used_in + used_out)
+            if over is not None:
+                dimension, limit, used = over
+                detail = TOKENS_EXCEEDED.format(limit=limit, used=used)
             elif cost_limit is not None and settled + held > cost_limit:
                 dimension = BudgetDimension.COST
                 detail = COST_EXCEEDED.format(
                     limit=_dollars(cost_limit), settled=_dollars(settled), held=_dollars(held)
                 )
-            else:
-                self._step_budget_locked(_SETTLE)
+            else:  # within the limits: ACTIVE stays ACTIVE, EXHAUSTED absorbs the settle
+                if self._budget_state is _SETTLED.source:
+                    if _checkpoint.scheduler is not None:  # between the checks and the write
+                        _checkpoint.scheduler("budget")
+                    self._budget_state = _SETTLED.target
                 return
             pending = self._exhaust_locked(_SETTLE, dimension, detail, now_ns, boundary)
         self._deliver(pending)
 
     def reserve_bytes(self, n: int, now_ns: int) -> None:
         limit = self._limits.run_bytes
-        grant = BUDGET.take(self._budget_state, _RESERVE, True)
+        grant = _GRANT
         with self._lock:
             used = self._run_bytes
             if (
                 self._termination is None
                 and now_ns < self._deadline_ns
                 and used + n <= limit
-                and grant is not None
                 and self._budget_state is grant.source
             ):
                 if _checkpoint.scheduler is not None:  # between the checks and the writes

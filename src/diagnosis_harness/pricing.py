@@ -26,20 +26,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import (
-    MAX_EMAX,
-    MAX_PREC,
-    MIN_EMIN,
-    ROUND_CEILING,
-    Context,
-    Decimal,
-    Inexact,
-    InvalidOperation,
-)
+from decimal import Decimal
 from itertools import pairwise
-from typing import TYPE_CHECKING, Literal, Protocol, final
+from typing import TYPE_CHECKING, Protocol, final
 
 from ._errors import HarnessError
+from ._money import EXACT as _EXACT
+from ._money import USD_PER_UNIT, from_units, to_units
+from ._money import checked_price as _price
+from ._money import tidy as _tidy
 from ._validate import non_blank_str, non_negative_int
 
 if TYPE_CHECKING:
@@ -61,46 +56,13 @@ __all__ = [
     "to_units",
 ]
 
-# Every computation goes through this one explicit context, never the thread's current decimal
-# context (which a user may have changed, and which the library must not touch): precision as
-# large as decimal allows, so a product or sum of finite Decimals is never rounded, and Inexact
-# trapped, so that if one ever were, it would raise rather than be silently off.
-_EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN, traps=[Inexact, InvalidOperation])
-
 _TOKENS_PER_MTOK = 6  # prices are per million tokens: a price per token is price.scaleb(-6)
 
 _ZERO = Decimal(0)
-_ONE = Decimal(1)
-
-
-def _price(name: str, value: object) -> Decimal:
-    """A finite, non-negative Decimal of US dollars; anything else raises, naming ``name``."""
-    if isinstance(value, float):
-        raise TypeError(
-            f"{name} must be a Decimal of US dollars, not a float (money is exact): "
-            f"write Decimal({str(value)!r}), got {value!r}"
-        )
-    if not isinstance(value, Decimal):
-        raise TypeError(
-            f"{name} must be a Decimal of US dollars, e.g. Decimal('0.1'), got {value!r}"
-        )
-    if not value.is_finite():
-        raise ValueError(f"{name} must be a finite Decimal >= 0, got {value!r}")
-    if value < 0:
-        raise ValueError(f"{name} must be a Decimal >= 0, got {value!r}")
-    return value
 
 
 def _optional_price(name: str, value: object) -> Decimal | None:
     return None if value is None else _price(name, value)
-
-
-def _tidy(amount: Decimal) -> Decimal:
-    """``amount`` without trailing zeros (``0.0028800`` as ``0.00288``), and never in exponent
-    notation for a whole number (``10``, not ``1E+1``): the same value, as a reader writes it."""
-    tidy = amount.normalize(_EXACT)
-    whole = tidy == tidy.to_integral_value(context=_EXACT)
-    return tidy.quantize(_ONE, context=_EXACT) if whole else tidy
 
 
 def _or(price: Decimal | None, otherwise: Decimal) -> Decimal:
@@ -511,42 +473,3 @@ def _from_genai(price: _GenaiModelPrice, model: str, provider: str | None) -> Mo
         per_request=per_request,
         tiers=tiers,
     )
-
-
-# -- integer units, for stores that keep integers -------------------------------------------------
-
-USD_PER_UNIT = Decimal("1E-12")
-"""One unit of :func:`to_units`: a picodollar. Fine enough for genai-prices' data, where some
-prices are below a nanodollar per token: in genai-prices 0.2.3, every price per token or per
-request is a whole number of picodollars but 28 of 7,930, which carry a float's or a repeating
-decimal's digits (``0.13999999999999999``, ``0.0416666666666667`` per million tokens) and which
-no finer unit that fits an integer store would make whole. 2**53 picodollars (a double's exact
-integers, Lua's numbers in Redis) is about $9,007."""
-
-_UNIT_EXPONENT = 12
-
-
-def to_units(amount: Decimal, *, rounding: Literal["up", "exact"] = "up") -> int:
-    """``amount`` US dollars as a whole number of picodollars (:data:`USD_PER_UNIT`).
-
-    ``rounding="up"`` (the default) rounds a fraction of a unit up: for a hold, so that the
-    integer held is never below the dollars it stands for. ``rounding="exact"`` raises
-    ValueError when ``amount`` is not a whole number of units.
-    """
-    _price("amount", amount)
-    if rounding not in ("up", "exact"):
-        raise ValueError(f"rounding must be 'up' or 'exact', got {rounding!r}")
-    units = amount.scaleb(_UNIT_EXPONENT, _EXACT)
-    whole = units.to_integral_value(rounding=ROUND_CEILING, context=_EXACT)
-    if rounding == "exact" and whole != units:
-        raise ValueError(
-            f"amount {amount} is not a whole number of picodollars (10**-12 USD); "
-            "use rounding='up' to hold it rounded up"
-        )
-    return int(whole)
-
-
-def from_units(units: int) -> Decimal:
-    """``units`` picodollars (an int >= 0) as exact US dollars: ``to_units``' inverse."""
-    non_negative_int("units", units)
-    return Decimal(units).scaleb(-_UNIT_EXPONENT, _EXACT)

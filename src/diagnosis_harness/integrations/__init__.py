@@ -26,7 +26,9 @@ and a missing one is an ``ImportError`` that names the extra to install
   ``HarnessRetryExecutor(ctx, classifier=...)``.
 - Tools: :class:`GovernedTools` governs any framework's Tool calls: each one reserved (per-Tool
   limits included), keyed by the framework's Tool Call ID unchanged, run under the Tool retry
-  policy, its result's bytes counted. ``diagnosis_harness.integrations.pydantic_ai`` (the
+  policy, its result's bytes counted, its price (``tool_prices=``) held and settled under the
+  run's money limit (:class:`UnknownToolPrice` for a Tool without one).
+  ``diagnosis_harness.integrations.pydantic_ai`` (the
   ``pydantic-ai`` extra, imported only by you) builds a pydantic-ai capability on it.
 - Tracing: ``diagnosis_harness.integrations.otel.HarnessTracing`` (the ``otel`` extra, imported
   only by you) is passed as ``tracing=`` to the governed calls, ``GovernedTools`` and
@@ -56,7 +58,7 @@ from ._config import (
 from ._governed import AsyncGovernedStream, GovernedStream, TokenUsage, UsageNotReported
 from ._model_call import DEFAULT_MAX_TOKENS, ModelCharge, ModelRequest, input_bound
 from ._openai import AsyncGovernedOpenAI, GovernedOpenAI
-from ._tools import GovernedTools, result_bytes
+from ._tools import GovernedTools, UnknownToolPrice, result_bytes
 
 __all__ = [
     "DEFAULT_CONFIG_PATH",
@@ -73,6 +75,7 @@ __all__ = [
     "ModelClientConfig",
     "ModelRequest",
     "TokenUsage",
+    "UnknownToolPrice",
     "UsageNotReported",
     "anthropic_client",
     "async_anthropic_client",

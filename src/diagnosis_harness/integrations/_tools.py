@@ -15,6 +15,16 @@ Theory of operation. A framework hands over a Tool call as a Tool name and its o
    call's, not its result's -- and reserve the result's size in bytes against the run's byte
    budget (``ctx.reserve_bytes``).
 
+Money. A Tool may have a price per call (``tool_prices={"search": Decimal("0.10")}``, US dollars,
+exact). A priced call holds its price in its reservation (``ctx.reserve_tool_call(tool,
+max_cost=price)``, the same all-or-nothing decision as the call counters, so parallel calls never
+hold more than the run's money limit), and settles it at that price when the call ends, however
+it ends: a call that was granted started its Tool, and a Tool that failed, timed out or was
+abandoned was still called (and, for a paid API, billed). A call refused before it ran holds and
+pays nothing. Its attempts are one call (one key, one reservation), so one price. Under a money
+limit (``BudgetLimits.cost``) a Tool without a price is refused before anything is reserved
+(:class:`UnknownToolPrice`): a Tool is never silently free.
+
 These decisions are one :class:`_ToolCall`'s, the same for :meth:`GovernedTools.call` and the
 async calls, which only call, wait and await. The executor's journal names each call's Tool
 (``harness retry [tool_call] Tool 'logs': ...``).
@@ -40,10 +50,11 @@ import functools
 import inspect
 import json
 import warnings
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, ParamSpec, TypeVar, final
 
 from .._boundary import Boundary
-from .._errors import RunTerminated
+from .._errors import HarnessError, RunTerminated
 from .._keys import ToolCallKeyFactory
 from .._retry import AttemptAbandoned, HarnessRetryExecutor
 from .._threads import WorkerThreads, wait
@@ -52,13 +63,15 @@ from ._arguments import checked_ctx, executor_of, policy_of
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
     from concurrent.futures import Executor
+    from decimal import Decimal
 
+    from .._budget import CallHold
     from .._context import RunContext
     from .._retry import Classifier
     from .._retry_policy import RetryPolicy
     from .otel import HarnessTracing
 
-__all__ = ["GovernedTools", "result_bytes"]
+__all__ = ["GovernedTools", "UnknownToolPrice", "result_bytes"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -93,6 +106,44 @@ def _budget_key(tool: object) -> str:
     return tool
 
 
+class UnknownToolPrice(HarnessError, LookupError):
+    """A Tool call under a run's money limit, of a Tool without a price: it is not made.
+
+    Raised by :class:`GovernedTools` before anything is reserved; ``tool`` names the Tool, and
+    the message says how to give its price. A Tool is never priced as free by default.
+    """
+
+    def __init__(self, tool: str) -> None:
+        self.tool = tool
+        super().__init__(
+            f"Tool {tool!r} has no price, and the run has a money limit (BudgetLimits.cost): "
+            "each call must hold its worst case before it is made. Give its price per call: "
+            f"GovernedTools(ctx, tool_prices={{{tool!r}: Decimal('0.10')}}) (Decimal('0') for a "
+            "Tool that costs nothing)"
+        )
+
+
+def _tool_prices(prices: object) -> dict[str, Decimal]:
+    """A private copy of ``prices``, each key a Tool's budget key and each value a ``Decimal``
+    of US dollars >= 0; anything else raises, naming ``tool_prices`` and what is allowed."""
+    from .._money import checked_money  # noqa: PLC0415 - lazily: it loads decimal
+
+    if not isinstance(prices, Mapping):
+        raise TypeError(
+            "tool_prices must be a mapping of Tool name to its price per call, a Decimal of US "
+            f"dollars, e.g. {{'search': Decimal('0.10')}}, got {prices!r}"
+        )
+    copy: dict[str, Decimal] = {}
+    for tool, price in prices.items():
+        if type(tool) is not str or not tool.strip():
+            raise TypeError(
+                f"tool_prices keys must be non-blank str naming a Tool in the run's budget, "
+                f"got {tool!r}"
+            )
+        copy[tool] = checked_money(f"tool_prices[{tool!r}]", price)
+    return copy
+
+
 def _sync(fn: object) -> None:
     """Refuses an ``fn`` that cannot be a sync Tool: not callable, or a coroutine function."""
     if not callable(fn):
@@ -110,13 +161,16 @@ class GovernedTools:
     ``executor`` the :class:`HarnessRetryExecutor` whose journal records the attempts (a new one
     with ``classifier`` by default); ``measure`` the size of a result in bytes
     (:func:`result_bytes` by default); ``tracing`` (a ``HarnessTracing``, the ``otel`` extra) an
-    ``execute_tool {tool}`` span per Tool call. Everything is checked here, before any Tool call.
+    ``execute_tool {tool}`` span per Tool call; ``tool_prices`` each Tool's price per call, a
+    ``Decimal`` of US dollars >= 0 (held at the call's reservation, settled when it ends: see the
+    module's "Money"; required, under a money limit, of every Tool called). Everything is checked
+    here, before any Tool call.
 
     Holds no state of its own beyond that configuration: the counters are the run's, the journal
     the executor's. Thread- and task-safe as those are.
     """
 
-    __slots__ = ("_ctx", "_executor", "_keys", "_measure", "_policy", "_tracing")
+    __slots__ = ("_ctx", "_executor", "_keys", "_measure", "_policy", "_prices", "_tracing")
 
     def __init__(
         self,
@@ -128,8 +182,10 @@ class GovernedTools:
         classifier: Classifier | None = None,
         measure: Callable[[object], int] | None = None,
         tracing: HarnessTracing | None = None,
+        tool_prices: Mapping[str, Decimal] | None = None,
     ) -> None:
         self._ctx = checked_ctx(ctx)
+        self._prices = {} if tool_prices is None else _tool_prices(tool_prices)
         self._policy = policy_of(ctx, policy)
         self._keys = ToolCallKeyFactory(key_prefix)
         self._executor = executor_of(ctx, executor, classifier)
@@ -150,6 +206,23 @@ class GovernedTools:
     def policy(self) -> RetryPolicy:
         """The retry policy every Tool call runs under."""
         return self._policy
+
+    @property
+    def tool_prices(self) -> Mapping[str, Decimal]:
+        """Each priced Tool's price per call, in US dollars (a read-only view of a copy)."""
+        from types import MappingProxyType  # noqa: PLC0415 - only this property needs it
+
+        return MappingProxyType(self._prices)
+
+    def price_of(self, tool: str) -> Decimal | None:
+        """What a call of ``tool`` holds and settles: its price; ``None`` when it has none and
+        the run has no money limit (the call holds nothing). Raises :class:`UnknownToolPrice`
+        when it has none under a money limit, ``TypeError``/``ValueError`` for a ``tool`` that
+        cannot name a Tool in the budget."""
+        price = self._prices.get(_budget_key(tool))
+        if price is None and self._ctx.budget.limits.cost is not None:
+            raise UnknownToolPrice(tool)
+        return price
 
     @property
     def executor(self) -> HarnessRetryExecutor:
@@ -217,7 +290,11 @@ class GovernedTools:
                 raise
 
         def run(attempt: Callable[[], T]) -> T:
-            return call.finish(self._executor.execute_named(call.subject, self._policy, attempt))
+            try:
+                result = self._executor.execute_named(call.subject, self._policy, attempt)
+            finally:
+                call.settle()
+            return call.finish(result)
 
         if self._tracing is None:
             return run(attempt)
@@ -288,9 +365,11 @@ class GovernedTools:
 
         async def run(attempt: Callable[[], Awaitable[T]]) -> T:
             executor = self._executor
-            return call.finish(
-                await executor.execute_named_async(call.subject, self._policy, attempt)
-            )
+            try:
+                result = await executor.execute_named_async(call.subject, self._policy, attempt)
+            finally:
+                call.settle()
+            return call.finish(result)
 
         if self._tracing is None:
             return await run(attempt)
@@ -316,25 +395,39 @@ class _ToolCall:
     the gate, it could be counted and then refused there, when a concurrent refusal ended the run
     in between); a refused reservation is the attempt's failure, the run's ending its kind, and
     the Tool does not run. A result is returned only by :meth:`finish`, after the TOOL gate and
-    its bytes' reservation. Owned by the one thread or task making the call: unlocked.
+    its bytes' reservation. A priced call's hold is settled once, at its price, by :meth:`settle`
+    when the executor has returned or raised -- the Tool was called -- and only if the
+    reservation was granted (``_hold`` set). Owned by the one thread or task making the call:
+    unlocked.
     """
 
-    __slots__ = ("_reserved", "_tools", "subject", "tool")
+    __slots__ = ("_hold", "_price", "_tools", "subject", "tool")
 
     def __init__(self, tools: GovernedTools, tool: str, tool_call_id: str) -> None:
         tools.key_for(tool, tool_call_id)
+        self._price = tools.price_of(tool)  # an unpriced Tool under a money limit raises here
         self._tools = tools
         self.tool = tool
         self.subject = f"Tool {tool!r}"  # what the executor's journal names
-        self._reserved = False
+        self._hold: CallHold | None = None
 
     def begin(self) -> WorkerThreads:
-        """An attempt begins: the first reserves the Tool call (retries reserve nothing); the
-        attempt's own threads, for its sync work."""
-        if not self._reserved:
-            self._tools.ctx.reserve_tool_call(self.tool)
-            self._reserved = True
+        """An attempt begins: the first reserves the Tool call and holds its price (retries
+        reserve nothing); the attempt's own threads, for its sync work."""
+        if self._hold is None:
+            ctx, price = self._tools.ctx, self._price
+            if price is None:
+                self._hold = ctx.reserve_tool_call(self.tool)
+            else:
+                self._hold = ctx.reserve_tool_call(self.tool, max_cost=price)
         return WorkerThreads(self.tool)
+
+    def settle(self) -> None:
+        """The call has ended, however: a granted, priced call pays its price (an unpriced one
+        held nothing, and settles nothing); a call refused before it ran has no hold."""
+        hold, price = self._hold, self._price
+        if hold is not None and price is not None:
+            hold.settle(cost=price)
 
     @staticmethod
     def interrupted(ending: RunTerminated, threads: WorkerThreads) -> None:
