@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from agents import Agent as AgentsAgent
 from agents import ModelSettings as AgentsModelSettings
-from agents import set_tracing_disabled
+from agents import function_tool, set_tracing_disabled
 from agents.models.openai_provider import OpenAIProvider as AgentsOpenAIProvider
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -42,7 +42,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pydantic_ai import Agent
 from pydantic_ai.capabilities.instrumentation import Instrumentation
 from pydantic_ai.exceptions import ModelRetry, UsageLimitExceeded
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
 from pydantic_ai.models.openai import OpenAIChatModel
@@ -62,11 +62,13 @@ from diagnosis_harness import (
 from diagnosis_harness.integrations import (
     DEFAULT_MAX_TOKENS,
     ModelClientConfig,
+    UnknownToolPrice,
     UsageNotReported,
     async_openai_client,
 )
 from diagnosis_harness.integrations._anthropic import TOOLS_PROMPT_TOKENS
 from diagnosis_harness.integrations.openai_agents import (
+    governed_tool,
     harness_run_config,
     model_charges,
     run_governed,
@@ -77,7 +79,7 @@ from diagnosis_harness.integrations.pydantic_ai import HarnessCapability, Harnes
 from diagnosis_harness.pricing import GenaiPrices, ModelPrice, PriceTable, UnknownPrice
 from racing import BOUND
 
-from .loopback import LoopbackServer, Reply, SeenRequest
+from .loopback import LoopbackServer, Reply, SeenRequest, ToolCall
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -618,3 +620,125 @@ def test_an_agents_stream_read_to_its_end_without_usage_is_refused_and_keeps_its
     assert charge.cost is None
     assert ctx.budget.snapshot().cost_held == charge.held
     assert ctx.lifecycle.state is RunState.FAILED
+
+
+# -- paid tools through the adapters: 16 parallel calls of a $0.10 tool under $1.00 -------------
+
+FREE = ModelPrice(input_per_mtok=Decimal(0), output_per_mtok=Decimal(0))  # only the tool costs
+TOOL_PRICE = Decimal("0.10")
+
+
+def test_sixteen_paid_tool_calls_of_a_pydantic_ai_answer_run_exactly_ten() -> None:
+    calls = [ToolCallPart("search", {"q": f"q{i}"}, tool_call_id=f"call_{i}") for i in range(16)]
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=list(calls) if len(messages) == 1 else [TextPart("done")])
+
+    ran: list[str] = []
+    agent: Agent[None, str] = Agent(FunctionModel(answer, model_name="free"))
+
+    @agent.tool_plain
+    def search(q: str) -> str:
+        ran.append(q)
+        return "ok"
+
+    ctx = _money_run()
+    capability = HarnessCapability(
+        ctx, prices=PriceTable({"free": FREE}), tool_prices={"search": TOOL_PRICE}
+    )
+
+    with pytest.raises(BudgetExhausted) as exhausted:
+        _bounded(agent.run("search everything", capabilities=[capability]))
+
+    assert exhausted.value.dimension is BudgetDimension.COST
+    assert len(ran) == 10
+    usage = ctx.budget.snapshot()
+    assert (usage.cost, usage.cost_held) == (LIMIT, ZERO)
+
+
+def test_a_pydantic_ai_tool_without_a_price_is_refused_under_a_money_limit() -> None:
+    call = ToolCallPart("search", {"q": "x"}, tool_call_id="call_0")
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[call] if len(messages) == 1 else [TextPart("done")])
+
+    ran: list[str] = []
+    agent: Agent[None, str] = Agent(FunctionModel(answer, model_name="free"))
+
+    @agent.tool_plain
+    def search(q: str) -> str:
+        ran.append(q)
+        return "ok"
+
+    capability = HarnessCapability(_money_run(), prices=PriceTable({"free": FREE}))
+
+    with pytest.raises(UnknownToolPrice, match="search"):
+        _bounded(agent.run("search", capabilities=[capability]))
+
+    assert ran == []
+
+
+def test_sixteen_paid_tool_calls_of_an_agents_answer_run_exactly_ten(
+    loopback: LoopbackServer,
+) -> None:
+    calls = tuple(ToolCall("search", {"q": f"q{i}"}, id=f"call_{i}") for i in range(16))
+    loopback.script(Reply(text="", tool_calls=calls), Reply(text="done"))
+    ran: list[str] = []
+
+    @function_tool
+    async def search(q: str) -> str:
+        """Search the incident index."""
+        ran.append(q)
+        return "ok"
+
+    ctx = _money_run()
+    config = _agents_config(
+        ctx,
+        loopback,
+        prices=PriceTable({MODEL: FREE}),
+        tool_prices={"search": TOOL_PRICE},
+    )
+    agent = AgentsAgent(name="diag", tools=[governed_tool(search)])
+
+    with pytest.raises(BudgetExhausted) as exhausted:
+        asyncio.run(run_governed(agent, "search everything", run_config=config))
+
+    assert exhausted.value.dimension is BudgetDimension.COST
+    assert len(ran) == 10
+    usage = ctx.budget.snapshot()
+    assert (usage.cost, usage.cost_held) == (LIMIT, ZERO)
+
+
+def test_an_unpriced_tool_in_an_answer_stops_every_call_of_it_before_any_starts() -> None:
+    """A priced tool and an unpriced one asked for together: neither starts."""
+    calls = [
+        ToolCallPart("search", {"q": "x"}, tool_call_id="call_0"),
+        ToolCallPart("page", {"q": "y"}, tool_call_id="call_1"),
+    ]
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=calls if len(messages) == 1 else [TextPart("done")])
+
+    ran: list[str] = []
+    agent: Agent[None, str] = Agent(FunctionModel(answer, model_name="free"))
+
+    @agent.tool_plain
+    def search(q: str) -> str:
+        ran.append(q)
+        return "ok"
+
+    @agent.tool_plain
+    def page(q: str) -> str:
+        ran.append(q)
+        return "ok"
+
+    ctx = _money_run()
+    capability = HarnessCapability(
+        ctx, prices=PriceTable({"free": FREE}), tool_prices={"search": TOOL_PRICE}
+    )
+
+    with pytest.raises(UnknownToolPrice, match="page"):
+        _bounded(agent.run("search", capabilities=[capability]))
+
+    assert ran == []
+    assert ctx.budget.snapshot().tool_calls == 0

@@ -104,8 +104,9 @@ except ImportError as error:  # pragma: no cover - exercised without the extra i
     ) from error
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
     from concurrent.futures import Executor
+    from decimal import Decimal
 
     from agents import StreamEvent
     from agents.agent_output import AgentOutputSchemaBase
@@ -172,10 +173,13 @@ class _Governance:
                 )
 
     def check_calls(self, output: list[Any]) -> None:
-        """Check every function call of a model answer before the SDK can start any of them."""
+        """Check every function call of a model answer before the SDK can start any of them:
+        its name a budget key, its call ID a safe key segment, its price known under a money
+        limit (``UnknownToolPrice``)."""
         for item in output:
             if isinstance(item, ResponseFunctionToolCall):
                 self.tools.key_for(item.name, item.call_id)
+                self.tools.price_of(item.name)
 
     def priced(self, model: Model, request: _Request) -> ModelRequest | None:
         """What a priced request's worst case is computed from; ``None`` when not priced.
@@ -618,6 +622,7 @@ def harness_run_config(
     tracing: HarnessTracing | None = None,
     prices: Prices | None = None,
     default_max_tokens: int = DEFAULT_MAX_TOKENS,
+    tool_prices: Mapping[str, Decimal] | None = None,
     **kw: Any,
 ) -> RunConfig:
     """A ``RunConfig`` under which an agent run's Model and Tool calls are the run's ``ctx``'s.
@@ -643,7 +648,9 @@ def harness_run_config(
     and one whose ``max_tokens`` the money left cannot pay for is sent with it lowered to what it
     can (:func:`model_charges` says so). A priced request that continues a conversation the
     provider keeps (``previous_response_id``, ``conversation_id``) or uses a stored ``prompt`` is
-    refused (``ValueError``): its input cannot be bounded.
+    refused (``ValueError``): its input cannot be bounded. ``tool_prices`` gives the governed
+    tools their price per call (``{"search": Decimal("0.10")}``), held when each call is reserved
+    and settled when it ends; under a money limit a tool without one is refused before the call.
 
     Everything is checked here; nothing changes the run.
     """
@@ -664,7 +671,13 @@ def harness_run_config(
         prices=prices,
         default_max_tokens=default_max_tokens,
     )
-    tools = GovernedTools(ctx, policy=tool_policy, executor=model_call.executor, tracing=tracing)
+    tools = GovernedTools(
+        ctx,
+        policy=tool_policy,
+        executor=model_call.executor,
+        tracing=tracing,
+        tool_prices=tool_prices,
+    )
     governance = _Governance(model_call, tools)
 
     config = RunConfig(**kw)  # the SDK checks and coerces the user's settings

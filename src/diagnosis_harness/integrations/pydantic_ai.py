@@ -89,8 +89,9 @@ except ImportError as error:  # pragma: no cover - the extra is installed wherev
     ) from error
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Mapping
     from concurrent.futures import Executor
+    from decimal import Decimal
 
     from pydantic_ai.capabilities.abstract import (
         ValidatedToolArgs,
@@ -172,7 +173,10 @@ class HarnessCapability(AbstractCapability[Any]):
     priced exactly, settles it. Required when the run has a money limit (a ``ValueError`` here).
     Under a money limit a request without ``max_tokens`` (pydantic-ai's ``model_settings``) is
     sent with ``default_max_tokens``, and one whose ``max_tokens`` the money left cannot pay for
-    is sent with it lowered to what it can (:attr:`charges` says so).
+    is sent with it lowered to what it can (:attr:`charges` says so). ``tool_prices`` gives the
+    tools their price per call (``{"search": Decimal("0.10")}``), held when each call is
+    reserved and settled when it ends; under a money limit a tool without one is refused
+    before the call (:class:`~diagnosis_harness.integrations.GovernedTools`).
     """
 
     ctx: RunContext
@@ -182,6 +186,7 @@ class HarnessCapability(AbstractCapability[Any]):
     finishes_run: bool = True
     prices: Prices | None = None
     default_max_tokens: int = DEFAULT_MAX_TOKENS
+    tool_prices: Mapping[str, Decimal] | None = None
     _tools: GovernedTools = field(init=False, repr=False)
     _model_call: ModelCall = field(init=False, repr=False)
     _charges: _ResponseCharges = field(init=False, repr=False)
@@ -195,6 +200,7 @@ class HarnessCapability(AbstractCapability[Any]):
             key_prefix=self.key_prefix,
             classifier=self.classifier,
             measure=tool_result_bytes,
+            tool_prices=self.tool_prices,
         )
         # pydantic-ai retries model requests itself: no policy; the executor is the tools'.
         self._model_call = ModelCall(
@@ -329,8 +335,8 @@ class _GovernedAttemptModel(WrapperModel):
     consumer stops early or it fails, with the usage its chunks reported. (pydantic-ai retries
     model requests itself, and ``wrap_model_request`` holds the run's scope: neither is done
     here.) Every function tool call of a whole answer is checked -- its name a budget key, its
-    ID a safe key segment -- before any of them starts: a bad one fails the agent run here, not
-    in its own task where its siblings may have run.
+    ID a safe key segment, its price known under a money limit -- before any of them starts: a
+    bad one fails the agent run here, not in its own task where its siblings may have run.
     """
 
     def __init__(
@@ -427,6 +433,7 @@ class _GovernedAttemptModel(WrapperModel):
                     tools = {tool.name for tool in parameters.function_tools}
                 if part.tool_name in tools:
                     self._tools.key_for(part.tool_name, part.tool_call_id)
+                    self._tools.price_of(part.tool_name)  # unpriced under a money limit: raises
 
 
 @final
