@@ -14,7 +14,9 @@ the same way); each wrapped Model call is, in order:
    one Model call (``ctx.reserve_model_call``) and sends the request inside ``ctx.scope()``, so
    the run's deadline or a cancellation from any thread cuts a request in flight; a streamed
    request is cut the same way, event by event;
-3. the actual usage of the response recorded (``ctx.record_token_usage``);
+3. the actual usage of the response recorded (``ctx.record_token_usage``); with ``prices``,
+   the attempt's reservation also held the request's worst case in money, the request was sent
+   with the ``max_tokens`` it was held for, and the usage, priced, settles the hold;
 4. every tool call the answer asks for checked -- its name a budget key, its call ID a safe
    segment of a Tool Call key -- before the SDK can start any of them: a bad one is a clear
    ``ValueError`` and no tool runs.

@@ -22,7 +22,10 @@ those tasks, and never refuses a tool call by raising in one:
   it closes -- then checks every function tool call of the answer -- its name a budget key, its ID
   a safe key segment -- before any of them runs. (A wrapper rather than the
   ``prepare_model_request`` / ``after_model_request`` hooks: it stands right at the model, so it
-  sees each request the model is asked to send, the streamed ones included.)
+  sees each request the model is asked to send, the streamed ones included.) With ``prices``,
+  the reservation also holds the request's worst case in money and the wrapper sends the
+  ``max_tokens`` it was held for (the default, or lowered to what the money left pays for); the
+  response's usage, priced, settles it.
 - ``wrap_tool_execute`` runs each tool call through :class:`~._tools.GovernedTools`: reserved
   (total and per-tool limits) right before it starts, run under the Tool retry policy, its
   result's bytes reserved. A refused reservation raises pydantic-ai's ``SkipToolExecution``
