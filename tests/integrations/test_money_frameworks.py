@@ -742,3 +742,26 @@ def test_an_unpriced_tool_in_an_answer_stops_every_call_of_it_before_any_starts(
 
     assert ran == []
     assert ctx.budget.snapshot().tool_calls == 0
+
+
+def test_a_priced_pydantic_ai_answer_without_usage_is_refused_and_keeps_its_hold(
+    loopback: LoopbackServer,
+) -> None:
+    """A server that reports no usage: a priced request is never silently free."""
+    loopback.script(Reply(text="disk full", usage=False))
+    ctx = _money_run()
+    config = ModelClientConfig(max_attempts=1, timeout_seconds=10.0, base_url=loopback.openai_url)
+    client = async_openai_client(config, api_key="test")
+    agent: Agent[None, str] = Agent(
+        OpenAIChatModel(MODEL, provider=OpenAIProvider(openai_client=client))
+    )
+    capability = HarnessCapability(ctx, prices=PRICES)
+
+    with pytest.raises(UsageNotReported):
+        _bounded(agent.run("why?", capabilities=[capability]))
+
+    (charge,) = capability.charges
+    assert charge.cost is None
+    assert ctx.budget.snapshot().cost_held == charge.held
+    assert ctx.lifecycle.state is RunState.FAILED
+    _bounded(client.close())

@@ -365,7 +365,11 @@ class _GovernedAttemptModel(WrapperModel):
             response = await self.wrapped.request(
                 messages, _sent_settings(model_settings, reservation), model_request_parameters
             )
-            reservation.record_response(response, _usage_of)
+            # Priced, a response without usage is UsageNotReported (never silently free), and
+            # its hold stays; unpriced, its tokens are recorded as pydantic-ai reports them.
+            reservation.record_response(
+                response, _priced_usage_of if request is not None else _usage_of
+            )
         if request is not None:
             self._charges.note(response, reservation)
         self._check_tool_calls(response, model_request_parameters)
@@ -500,8 +504,15 @@ def _reported(usage: RequestUsage) -> TokenUsage | None:
     )
 
 
-def _usage_of(response: ModelResponse) -> TokenUsage | None:
+def _priced_usage_of(response: ModelResponse) -> TokenUsage | None:
     return _reported(response.usage)
+
+
+def _usage_of(response: ModelResponse) -> TokenUsage:
+    """An unpriced response's usage as pydantic-ai reports it (zeros when the provider omitted
+    it, as before money budgets: the token budget counts what it is told)."""
+    usage = response.usage
+    return TokenUsage(usage.input_tokens, usage.output_tokens)
 
 
 @final
