@@ -765,3 +765,20 @@ def test_a_priced_pydantic_ai_answer_without_usage_is_refused_and_keeps_its_hold
     assert ctx.budget.snapshot().cost_held == charge.held
     assert ctx.lifecycle.state is RunState.FAILED
     _bounded(client.close())
+
+
+def test_a_priced_agents_answer_without_usage_is_refused_and_keeps_its_hold(
+    loopback: LoopbackServer,
+) -> None:
+    """The SDK gives zeros for a usage the provider left out: priced, that is no usage."""
+    loopback.script(Reply(text="disk full", usage=False))
+    ctx = _money_run()
+    config = _agents_config(ctx, loopback, prices=PRICES)
+
+    with pytest.raises(UsageNotReported):
+        asyncio.run(run_governed(AgentsAgent(name="diag"), "why?", run_config=config))
+
+    (charge,) = model_charges(config)
+    assert charge.cost is None
+    assert ctx.budget.snapshot().cost_held == charge.held
+    assert ctx.lifecycle.state is RunState.FAILED

@@ -284,6 +284,13 @@ def _usage_of(response: Any) -> TokenUsage:
     return _token_usage(response.usage)
 
 
+def _priced_usage_of(response: Any) -> TokenUsage | None:
+    """A priced response's usage; ``None`` (``UsageNotReported``) when the provider reported
+    none: the SDK then gives zeros, and a request that was answered always had input."""
+    usage = _token_usage(response.usage)
+    return None if usage.input_tokens == 0 and usage.output_tokens == 0 else usage
+
+
 def _response_of(response: Any) -> ChatResponse:
     # The SDK's ModelResponse keeps the answer's ID (Responses API), not its model or reasons.
     return ChatResponse(model=None, id=response.response_id, finish_reasons=())
@@ -365,7 +372,8 @@ class _GovernedAgentsModel(Model):
                         prompt=prompt,
                     )
                 )
-                return reservation.record_response(response, _usage_of)
+                usage_of = _usage_of if priced is None else _priced_usage_of
+                return reservation.record_response(response, usage_of)
 
         subject = model_call.subject(_CALL_NAME, model)
         response = await model_call.execute_async(attempt, chat, subject=subject)
@@ -393,9 +401,9 @@ class _GovernedAgentsModel(Model):
         The usage is recorded from the completed response's event, when the stream ends; a
         stream cut before it (by a cancellation, the deadline, a failure or its consumer) ends
         its reservation with no usage -- the SDK reports none before the end -- so a money hold
-        stays at its worst case (the cut request may still be billed). A stream read to its end
-        without usage raises
-        :class:`~diagnosis_harness.integrations.UsageNotReported`, as every governed stream does.
+        stays at its worst case (the cut request may still be billed). A priced stream read to its
+        end without usage raises :class:`~diagnosis_harness.integrations.UsageNotReported`, as
+        every governed stream does (unpriced, it records nothing, as before money budgets).
         """
         governance = self._governance
         model_call = governance.model_call
@@ -460,8 +468,10 @@ class _GovernedAgentsModel(Model):
                 await _close(events)
             finally:
                 # Read to its end (event None) or cut: either way the reservation ends here,
-                # once, with the usage the completed event reported, if it came.
-                reservation.end_stream(meter, complete=event is None)
+                # once, with the usage the completed event reported, if it came. Priced, a
+                # stream read to its end without usage is UsageNotReported (never silently
+                # free); unpriced, it records nothing, as before money budgets.
+                reservation.end_stream(meter, complete=event is None and priced is not None)
 
 
 @final
