@@ -77,11 +77,13 @@ class Reply:
     alive as providers do: a ping while it stalls (Anthropic's ``ping`` event, an SSE comment
     for OpenAI), which the SDKs read and skip -- each one restarts the client's read timeout, so
     only the run's deadline can end the stall. ``chunks`` is how many pieces a streamed text is cut
-    into. ``cache_read_tokens`` is Anthropic's ``cache_read_input_tokens`` (reported apart from
-    ``input_tokens``); OpenAI counts cached tokens inside ``prompt_tokens``. ``model`` is the
-    model the answer names (the requested one by default; a provider may answer with a dated
-    snapshot), ``id`` the answer's ID (``chatcmpl-loopback`` / ``msg_loopback`` by default).
-    ``within_max_tokens`` answers at most the output tokens the request allows (its
+    into. ``cache_read_tokens`` are prompt tokens read from the cache, on top of
+    ``input_tokens``: Anthropic's ``cache_read_input_tokens`` (reported apart from
+    ``input_tokens``), OpenAI's ``prompt_tokens_details.cached_tokens`` (counted inside
+    ``prompt_tokens``, which is then their sum; the details only when there are some).
+    ``model`` is the model the answer names (the requested one by default; a provider may answer
+    with a dated snapshot), ``id`` the answer's ID (``chatcmpl-loopback`` / ``msg_loopback`` by
+    default). ``within_max_tokens`` answers at most the output tokens the request allows (its
     ``max_completion_tokens`` or ``max_tokens``), as a real model stops there.
     """
 
@@ -251,12 +253,16 @@ def serve(on_request: Callable[[SeenRequest], None] | None = None) -> Iterator[L
 # -- the wire formats ---------------------------------------------------------------------------
 
 
-def _openai_usage(reply: Reply) -> dict[str, int]:
-    return {
-        "prompt_tokens": reply.input_tokens,
+def _openai_usage(reply: Reply) -> dict[str, object]:
+    prompt = reply.input_tokens + reply.cache_read_tokens
+    usage: dict[str, object] = {
+        "prompt_tokens": prompt,
         "completion_tokens": reply.output_tokens,
-        "total_tokens": reply.input_tokens + reply.output_tokens,
+        "total_tokens": prompt + reply.output_tokens,
     }
+    if reply.cache_read_tokens:
+        usage["prompt_tokens_details"] = {"cached_tokens": reply.cache_read_tokens}
+    return usage
 
 
 def _openai_tool_calls(reply: Reply) -> list[dict[str, object]]:

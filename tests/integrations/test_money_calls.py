@@ -47,6 +47,7 @@ from diagnosis_harness.integrations import (
     classify_sdk,
     input_bound,
 )
+from diagnosis_harness.integrations._anthropic import TOOLS_PROMPT_TOKENS
 from diagnosis_harness.integrations._model_call import ModelCall
 from diagnosis_harness.integrations.otel import (
     COST,
@@ -716,3 +717,115 @@ def test_max_tokens_is_lowered_to_exactly_the_most_the_limit_pays_for(
     assert reservation.held == held(sent) <= limit
     assert sent == wanted or held(sent + 1) > limit
     assert reservation.lowered is (sent < wanted)
+
+
+# -- the prompt cache and Anthropic's tools: priced as genai-prices prices them --------------------
+
+
+@pytest.mark.parametrize(
+    ("flavour", "model", "provider"),
+    [(FLAVOURS[0], "gpt-4o-mini", "openai"), (FLAVOURS[2], "claude-3-5-haiku-latest", "anthropic")],
+    ids=["openai", "anthropic"],
+)
+def test_cached_input_tokens_are_priced_at_the_cache_read_price(
+    loopback: LoopbackServer, flavour: Flavour, model: str, provider: str
+) -> None:
+    """300 of the 320 input tokens were read from the prompt cache: they cost less."""
+    ctx = _run(D("1.00"))
+    loopback.script(Reply(input_tokens=20, cache_read_tokens=300, output_tokens=6))
+    params = {**flavour.params, "model": model}
+    governed = flavour.ask(
+        loopback, ctx, params, False, policy="diagnosis_agent", prices=GenaiPrices()
+    )
+    expected = genai_prices.calc_price(
+        genai_prices.Usage(input_tokens=320, cache_read_tokens=300, output_tokens=6),
+        model_ref=model,
+        provider_id=provider,
+    ).total_price
+    assert _money(ctx) == (expected, D(0))
+    (charge,) = governed.charges
+    assert charge.usage == TokenUsage(320, 6, cache_read_tokens=300)
+    full = GenaiPrices().model_price(model).cost(input_tokens=320, output_tokens=6)
+    assert expected < full  # the cache's price, not the input's
+
+
+def test_an_anthropic_request_that_can_write_the_cache_or_use_tools_holds_for_it(
+    loopback: LoopbackServer,
+) -> None:
+    """Without cache_control the cache-write price is left out of the worst case; with it, it
+    is the dearest input price. Tools add Anthropic's tool-use system prompt to the bound."""
+    ctx = _run()
+    cached = {
+        **ANTHROPIC_PARAMS,
+        "system": [{"type": "text", "text": "You triage.", "cache_control": {"type": "ephemeral"}}],
+    }
+    tools = {
+        **ANTHROPIC_PARAMS,
+        "tools": [{"name": "logs", "description": "Read logs", "input_schema": {"type": "object"}}],
+    }
+    plain, with_cache, with_tools = (
+        _sync_anthropic(loopback, ctx, params, False, policy="diagnosis_agent", prices=TABLE)
+        .charges[0]
+        .held
+        for params in (ANTHROPIC_PARAMS, cached, tools)
+    )
+    assert plain == _worst(CLAUDE, ANTHROPIC_PARAMS, 64)
+    assert with_cache == CLAUDE.worst_case(
+        input_tokens_bound=input_bound(cached), max_output_tokens=64, writes_cache=True
+    )
+    assert with_cache > _worst(CLAUDE, cached, 64)  # at $1.25, not $1.00, per million
+    assert with_tools == CLAUDE.worst_case(
+        input_tokens_bound=input_bound(tools) + TOOLS_PROMPT_TOKENS,
+        max_output_tokens=64,
+        writes_cache=False,
+    )
+
+
+def test_a_run_spent_past_its_limit_refuses_the_next_call_on_cost() -> None:
+    """A settled cost above its hold (an input the bound missed) passes the limit: recorded, the
+    run exhausted, and the next reservation refused as the core refuses it."""
+    ctx = _run(D("1.00"))
+    model_call = ModelCall(ctx, policy=None, prices=TABLE)
+    with model_call.reserve("call", ModelRequest("gpt-test", 10, 5)) as reservation:
+        reservation.record(TokenUsage(2_000, 5))  # $2.05: the image the bound did not count
+    assert _money(ctx) == (D("2.05"), D(0))
+    with pytest.raises(BudgetExhausted) as refused:
+        model_call.reserve("call", ModelRequest("gpt-test", 10, 5))
+    assert refused.value.dimension is BudgetDimension.COST
+    assert ctx.budget.snapshot().model_calls == 1
+
+
+def test_a_failed_attempts_span_carries_its_hold_and_no_cost(loopback: LoopbackServer) -> None:
+    """A 500 may have been billed: its span says what stays held; the retry's, what it cost."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    ctx = _run(D("100"))
+    loopback.script(Reply(status=500), Reply(input_tokens=30, output_tokens=7))
+    try:
+        with HarnessTracing(provider.get_tracer("tests")).run(ctx, "diagnosis") as tracing:
+            _sync_openai(
+                loopback,
+                ctx,
+                {**OPENAI_PARAMS, "model": "gpt-4o-mini"},
+                False,
+                policy="intent_router",
+                tracing=tracing,
+                prices=GenaiPrices(),
+                default_max_tokens=100,
+            )
+    finally:
+        provider.shutdown()
+    failed, answered = (
+        dict(span.attributes or {})
+        for span in exporter.get_finished_spans()
+        if span.name.startswith("chat ")
+    )
+    assert COST not in failed
+    held = failed[COST_HELD]
+    assert isinstance(held, float)
+    assert held > 0
+    assert answered[COST_HELD] == held
+    assert answered[COST] == pytest.approx(0.0000087)  # 30 x $0.15 + 7 x $0.60 per million
+    assert failed[MAX_TOKENS_LOWERED] is False
+    assert failed[PRICE_DATA] == answered[PRICE_DATA] == GenaiPrices().data_version

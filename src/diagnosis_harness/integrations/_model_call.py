@@ -278,6 +278,8 @@ def _max_affordable(price: ModelPrice, request: ModelRequest, wanted: int, left:
 
     if held(wanted) <= left:
         return wanted
+    if left <= 0:  # settled + held at or past the limit already: the core refuses any hold
+        return 1
     base = price.worst_case(
         input_tokens_bound=request.input_bound,
         max_output_tokens=0,
@@ -396,9 +398,10 @@ class ModelReservation:
 
     Priced (its :class:`ModelCall` has ``prices``): it holds the request's worst case
     (:attr:`held`), and its record settles the hold with the usage priced exactly (:attr:`cost`).
-    ``_lock`` guards ``_settled`` and ``_cost``: the record (perhaps on a sync worker whose
-    caller left) and the release of a failed attempt (on the caller) decide under it which one
-    settles the hold, once; the settling itself runs outside it.
+    ``_lock`` (a priced reservation's only; ``None`` unpriced, where one thread records) guards
+    ``_settled`` and ``_cost``: the record (perhaps on a sync worker whose caller left) and the
+    release of a failed attempt (on the caller) decide under it which one settles the hold,
+    once; the settling itself runs outside it.
     """
 
     __slots__ = (
@@ -436,7 +439,9 @@ class ModelReservation:
         self._max_tokens = max_tokens
         self._lowered = lowered
         self._cost: Decimal | None = None  # the cost settled; None: still held, or not priced
-        self._lock = threading.Lock()
+        # Only a priced reservation has two paths that may settle it (the record, the release);
+        # an unpriced one is recorded by the one thread that reads the response: no lock.
+        self._lock = None if hold is None else threading.Lock()
 
     @property
     def usage(self) -> TokenUsage | None:
@@ -542,10 +547,10 @@ class ModelReservation:
         other stays charged at its worst case, until the answer is recorded -- a sync worker
         whose answer arrives after its caller left still settles it, exactly once.
         """
-        hold = self._hold
-        if hold is None or not _never_billed(error):
+        hold, lock = self._hold, self._lock
+        if hold is None or lock is None or not _never_billed(error):
             return
-        with self._lock:
+        with lock:
             if self._settled:
                 return
             self._settled = True
@@ -553,6 +558,17 @@ class ModelReservation:
         hold.settle(cost=Decimal(0), input_tokens=0, output_tokens=0)
 
     def _settle(self, usage: TokenUsage | None) -> None:
+        lock = self._lock
+        if lock is None:  # unpriced: the tokens only, recorded by the one reading thread
+            if self._settled:
+                raise RuntimeError(f"{self._name}: the usage of one Model call was recorded twice")
+            self._settled = True
+            if usage is not None:
+                self._usage = usage
+                self._call.ctx.record_token_usage(
+                    input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
+                )
+            return
         hold, price = self._hold, self._price
         cost: Decimal | None = None
         if usage is not None and price is not None:
@@ -565,7 +581,7 @@ class ModelReservation:
                 cache_write_tokens=usage.cache_write_tokens,
                 cache_write_1h_tokens=usage.cache_write_1h_tokens,
             )
-        with self._lock:
+        with lock:
             if self._settled:
                 raise RuntimeError(f"{self._name}: the usage of one Model call was recorded twice")
             self._settled = True
@@ -573,12 +589,10 @@ class ModelReservation:
                 return  # nothing received: a priced hold stays at its worst case
             self._usage = usage
             self._cost = cost
-        if hold is None or cost is None:
-            self._call.ctx.record_token_usage(
-                input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
+        if hold is not None and cost is not None:  # always, with a lock: priced
+            hold.settle(
+                cost=cost, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
             )
-            return
-        hold.settle(cost=cost, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
 
 
 @final
