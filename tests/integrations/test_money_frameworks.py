@@ -782,3 +782,20 @@ def test_a_priced_agents_answer_without_usage_is_refused_and_keeps_its_hold(
     assert charge.cost is None
     assert ctx.budget.snapshot().cost_held == charge.held
     assert ctx.lifecycle.state is RunState.FAILED
+
+
+def test_an_agents_answers_cached_input_is_priced_at_the_caches_price(
+    loopback: LoopbackServer,
+) -> None:
+    loopback.script(
+        Reply(text="disk full", input_tokens=400, cache_read_tokens=600, output_tokens=50)
+    )
+    ctx = _money_run()
+    config = _agents_config(ctx, loopback, prices=PRICES)
+
+    asyncio.run(run_governed(AgentsAgent(name="diag"), "why?", run_config=config))
+
+    (charge,) = model_charges(config)
+    expected = PRICE.cost(input_tokens=1_000, cache_read_tokens=600, output_tokens=50)
+    assert charge.cost == expected < PRICE.cost(input_tokens=1_000, output_tokens=50)
+    assert ctx.budget.snapshot().input_tokens == 1_000
