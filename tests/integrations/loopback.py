@@ -26,7 +26,7 @@ import json
 import threading
 from collections import deque
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, final
 
@@ -83,7 +83,8 @@ class Reply:
     ``prompt_tokens``, which is then their sum; the details only when there are some).
     ``model`` is the model the answer names (the requested one by default; a provider may answer
     with a dated snapshot), ``id`` the answer's ID (``chatcmpl-loopback`` / ``msg_loopback`` by
-    default).
+    default). ``within_max_tokens`` answers at most the output tokens the request allows (its
+    ``max_completion_tokens`` or ``max_tokens``), as a real model stops there.
     """
 
     text: str = ANSWER
@@ -100,6 +101,7 @@ class Reply:
     chunks: int = 3
     model: str | None = None
     id: str | None = None
+    within_max_tokens: bool = False
 
 
 @final
@@ -294,6 +296,14 @@ def _openai_completion(reply: Reply, model: str) -> dict[str, object]:
     return body
 
 
+def _within_max_tokens(reply: Reply, body: Mapping[str, Any]) -> Reply:
+    """``reply`` with no more output tokens than the request allows (if it names a limit)."""
+    allowed = body.get("max_completion_tokens", body.get("max_tokens"))
+    if isinstance(allowed, int) and allowed < reply.output_tokens:
+        return replace(reply, output_tokens=allowed)
+    return reply
+
+
 def _pieces(text: str, n: int) -> list[str]:
     if not text:
         return []
@@ -431,6 +441,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, seen: SeenRequest, reply: Reply) -> None:
         model = reply.model or str(seen.body.get("model", "loopback-model"))
+        if reply.within_max_tokens:
+            reply = _within_max_tokens(reply, seen.body)
         if seen.path not in (OPENAI_PATH, ANTHROPIC_PATH):
             self._json(404, _error_body(seen.path, 404))
         elif reply.status != 200:

@@ -14,7 +14,9 @@ the same way); each wrapped Model call is, in order:
    one Model call (``ctx.reserve_model_call``) and sends the request inside ``ctx.scope()``, so
    the run's deadline or a cancellation from any thread cuts a request in flight; a streamed
    request is cut the same way, event by event;
-3. the actual usage of the response recorded (``ctx.record_token_usage``);
+3. the actual usage of the response recorded (``ctx.record_token_usage``); with ``prices``,
+   the attempt's reservation also held the request's worst case in money, the request was sent
+   with the ``max_tokens`` it was held for, and the usage, priced, settles the hold;
 4. every tool call the answer asks for checked -- its name a budget key, its call ID a safe
    segment of a Tool Call key -- before the SDK can start any of them: a bad one is a clear
    ``ValueError`` and no tool runs.
@@ -67,7 +69,17 @@ from ._arguments import checked_ctx
 from ._chat import ChatResponse
 from ._classify import classify_openai
 from ._extras import missing_extra
-from ._model_call import Chat, ModelCall, ModelReservation, TokenUsage
+from ._model_call import (
+    DEFAULT_MAX_TOKENS,
+    ChargeSlot,
+    Chat,
+    ModelCall,
+    ModelCharge,
+    ModelRequest,
+    ModelReservation,
+    TokenUsage,
+    input_bound,
+)
 from ._tools import GovernedTools, _budget_key
 
 try:
@@ -78,6 +90,8 @@ try:
         ModelProvider,
         ModelRetrySettings,
         ModelSettings,
+        OpenAIChatCompletionsModel,
+        OpenAIResponsesModel,
         RunConfig,
         Runner,
         RunResult,
@@ -92,8 +106,9 @@ except ImportError as error:  # pragma: no cover - exercised without the extra i
     ) from error
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
     from concurrent.futures import Executor
+    from decimal import Decimal
 
     from agents import StreamEvent
     from agents.agent_output import AgentOutputSchemaBase
@@ -108,11 +123,13 @@ if TYPE_CHECKING:
     from .._context import RunContext
     from .._retry import Classifier, HarnessRetryExecutor
     from .._retry_policy import RetryPolicy
+    from ..pricing import Prices
     from .otel import HarnessTracing
 
 __all__ = [
     "governed_tool",
     "harness_run_config",
+    "model_charges",
     "run_governed",
     "run_governed_streamed",
 ]
@@ -158,14 +175,120 @@ class _Governance:
                 )
 
     def check_calls(self, output: list[Any]) -> None:
-        """Check every function call of a model answer before the SDK can start any of them."""
+        """Check every function call of a model answer before the SDK can start any of them:
+        its name a budget key, its call ID a safe key segment, its price known under a money
+        limit (``UnknownToolPrice``)."""
         for item in output:
             if isinstance(item, ResponseFunctionToolCall):
                 self.tools.key_for(item.name, item.call_id)
+                self.tools.price_of(item.name)
+
+    def priced(self, model: Model, request: _Request) -> ModelRequest | None:
+        """What a priced request's worst case is computed from; ``None`` when not priced.
+
+        The input bound covers everything the request sends as input: the instructions, the
+        input items, the tools' names, descriptions and schemas, the handoffs' and the output
+        schema. A request that continues a conversation the provider keeps
+        (``previous_response_id``, ``conversation_id``) or a stored prompt (``prompt``) sends
+        input the request does not carry, which nothing here can bound: refused, priced.
+        """
+        if self.model_call.prices is None:
+            return None
+        unbounded = [
+            name
+            for name, value in (
+                ("previous_response_id", request.previous_response_id),
+                ("conversation_id", request.conversation_id),
+                ("prompt", request.prompt),
+            )
+            if value is not None
+        ]
+        if unbounded:
+            raise ValueError(
+                f"a priced request cannot be sent with {', '.join(unbounded)}: the provider adds "
+                "input the request does not carry, so its worst case has no bound; send the "
+                "whole conversation as the input (the SDK's default), or run without prices"
+            )
+        output = request.output_schema
+        payload = {
+            "instructions": request.system_instructions,
+            "input": request.input,
+            "tools": [_tool_payload(tool) for tool in request.tools],
+            "handoffs": [
+                [handoff.tool_name, handoff.tool_description, handoff.input_json_schema]
+                for handoff in request.handoffs
+            ],
+            "output": None if output is None or output.is_plain_text() else output.json_schema(),
+        }
+        openai = isinstance(model, (OpenAIChatCompletionsModel, OpenAIResponsesModel))
+        return ModelRequest(
+            model=_model_name(model),
+            input_bound=input_bound(payload),
+            max_tokens=request.model_settings.max_tokens,
+            provider="openai" if openai else None,
+        )
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _Request:
+    """One call of the SDK's ``Model`` interface: what it sends, as the SDK hands it over."""
+
+    system_instructions: str | None
+    input: str | list[TResponseInputItem]
+    model_settings: ModelSettings
+    tools: list[Tool]
+    output_schema: AgentOutputSchemaBase | None
+    handoffs: list[Handoff]
+    tracing: ModelTracing
+    previous_response_id: str | None
+    conversation_id: str | None
+    prompt: ResponsePromptParam | None
+
+    def settings(self, reservation: ModelReservation) -> ModelSettings:
+        """The settings to send: with the reservation's ``max_tokens`` (the default, or lowered
+        to what the money left can pay for), or unchanged when it adds nothing."""
+        max_tokens = reservation.max_tokens
+        if max_tokens is None or max_tokens == self.model_settings.max_tokens:
+            return self.model_settings
+        return dataclasses.replace(self.model_settings, max_tokens=max_tokens)
+
+
+def _tool_payload(tool: Tool) -> object:
+    """What a tool adds to a request's input: a function tool's name, description and schema;
+    another (hosted) tool's fields as its dataclass holds them."""
+    if isinstance(tool, FunctionTool):
+        return [tool.name, tool.description, tool.params_json_schema]
+    if dataclasses.is_dataclass(tool):
+        return {
+            field.name: getattr(tool, field.name)
+            for field in dataclasses.fields(tool)
+            if not callable(getattr(tool, field.name))
+        }
+    return repr(tool)
+
+
+def _token_usage(usage: Any) -> TokenUsage:
+    """The SDK's ``Usage`` (or a completed response's ``ResponseUsage``) as the run records it:
+    its cached input tokens (OpenAI counts them inside ``input_tokens``) as the cache's reads."""
+    details = getattr(usage, "input_tokens_details", None)
+    cached = getattr(details, "cached_tokens", 0) or 0
+    return TokenUsage(
+        usage.input_tokens,
+        usage.output_tokens,
+        cache_read_tokens=min(int(cached), usage.input_tokens),
+    )
 
 
 def _usage_of(response: Any) -> TokenUsage:
-    return TokenUsage(response.usage.input_tokens, response.usage.output_tokens)
+    return _token_usage(response.usage)
+
+
+def _priced_usage_of(response: Any) -> TokenUsage | None:
+    """A priced response's usage; ``None`` (``UsageNotReported``) when the provider reported
+    none: the SDK then gives zeros, and a request that was answered always had input."""
+    usage = _token_usage(response.usage)
+    return None if usage.input_tokens == 0 and usage.output_tokens == 0 else usage
 
 
 def _response_of(response: Any) -> ChatResponse:
@@ -174,7 +297,9 @@ def _response_of(response: Any) -> ChatResponse:
 
 
 def _model_name(model: object) -> str:
-    return str(getattr(model, "model", type(model).__name__))
+    """The model's name (the SDK's OpenAI models keep it as ``model``), else its class's name."""
+    name = getattr(model, "model", None)
+    return name if isinstance(name, str) and name.strip() else type(model).__name__
 
 
 _CALL_NAME = "openai-agents Model call"
@@ -212,28 +337,46 @@ class _GovernedAgentsModel(Model):
         governance = self._governance
         model_call = governance.model_call
         governance.check_tools(tools)
-
-        def send() -> Awaitable[ModelResponse]:
-            return self._inner.get_response(
-                system_instructions,
-                input,
-                model_settings,
-                tools,
-                output_schema,
-                handoffs,
-                tracing,
-                previous_response_id=previous_response_id,
-                conversation_id=conversation_id,
-                prompt=prompt,
-            )
+        request = _Request(
+            system_instructions=system_instructions,
+            input=input,
+            model_settings=model_settings,
+            tools=tools,
+            output_schema=output_schema,
+            handoffs=handoffs,
+            tracing=tracing,
+            previous_response_id=previous_response_id,
+            conversation_id=conversation_id,
+            prompt=prompt,
+        )
+        priced = governance.priced(self._inner, request)
+        model = _model_name(self._inner)
+        charges = ChargeSlot()  # the attempt's chat span reports its money
+        chat = Chat(model, usage_of=_usage_of, response_of=_response_of, charges=charges)
 
         async def attempt() -> ModelResponse:
-            with model_call.reserve(_CALL_NAME) as reservation:
-                response = await model_call.request_async(send)
-                return reservation.record_response(response, _usage_of)
+            with model_call.reserve(_CALL_NAME, priced) as reservation:
+                charges.put(reservation)
+                settings = request.settings(reservation)
+                response = await model_call.request_async(
+                    lambda: self._inner.get_response(
+                        system_instructions,
+                        input,
+                        settings,
+                        tools,
+                        output_schema,
+                        handoffs,
+                        tracing,
+                        previous_response_id=previous_response_id,
+                        conversation_id=conversation_id,
+                        prompt=prompt,
+                    )
+                )
+                usage_of = _usage_of if priced is None else _priced_usage_of
+                return reservation.record_response(response, usage_of)
 
-        chat = Chat(_model_name(self._inner), usage_of=_usage_of, response_of=_response_of)
-        response = await model_call.execute_async(attempt, chat)
+        subject = model_call.subject(_CALL_NAME, model)
+        response = await model_call.execute_async(attempt, chat, subject=subject)
         governance.check_calls(response.output)
         return response
 
@@ -255,22 +398,44 @@ class _GovernedAgentsModel(Model):
 
         A retry can only happen before the first event: after it, events have reached the agent
         and a second request would repeat them. A failure later in the stream is the stream's.
-        The usage is recorded from the completed response's event; a stream cut before it
-        records nothing (the SDK reports no usage before the end).
+        The usage is recorded from the completed response's event, when the stream ends; a
+        stream cut before it (by a cancellation, the deadline, a failure or its consumer) ends
+        its reservation with no usage -- the SDK reports none before the end -- so a money hold
+        stays at its worst case (the cut request may still be billed). A priced stream read to its
+        end without usage raises :class:`~diagnosis_harness.integrations.UsageNotReported`, as
+        every governed stream does (unpriced, it records nothing, as before money budgets).
         """
         governance = self._governance
         model_call = governance.model_call
         governance.check_tools(tools)
+        request = _Request(
+            system_instructions=system_instructions,
+            input=input,
+            model_settings=model_settings,
+            tools=tools,
+            output_schema=output_schema,
+            handoffs=handoffs,
+            tracing=tracing,
+            previous_response_id=previous_response_id,
+            conversation_id=conversation_id,
+            prompt=prompt,
+        )
+        priced = governance.priced(self._inner, request)
+        model = _model_name(self._inner)
+        # A stream's span ends when it opens: it reports the hold; the cost settles later.
+        charges = ChargeSlot()
+        chat = Chat(model, charges=charges)
         events: AsyncIterator[TResponseStreamEvent] | None = None
         reservation: ModelReservation | None = None
 
         async def attempt() -> TResponseStreamEvent:
             nonlocal events, reservation
-            with model_call.reserve(_CALL_NAME) as reservation:
+            with model_call.reserve(_CALL_NAME, priced) as reservation:
+                charges.put(reservation)
                 events = opened = self._inner.stream_response(
                     system_instructions,
                     input,
-                    model_settings,
+                    request.settings(reservation),
                     tools,
                     output_schema,
                     handoffs,
@@ -286,21 +451,51 @@ class _GovernedAgentsModel(Model):
                     raise
 
         event: TResponseStreamEvent | None = await model_call.execute_async(
-            attempt, Chat(_model_name(self._inner))
+            attempt, chat, subject=model_call.subject(_CALL_NAME, model)
         )
         assert events is not None
         assert reservation is not None
+        meter = _CompletedUsage()
         try:
             while event is not None:
+                meter.observe(event)
                 if isinstance(event, ResponseCompletedEvent):
-                    usage = event.response.usage
-                    if usage is not None:
-                        reservation.record(TokenUsage(usage.input_tokens, usage.output_tokens))
                     governance.check_calls(event.response.output)
                 yield event
                 event = await model_call.request_async(lambda: anext(events, None))
         finally:
-            await _close(events)
+            try:
+                await _close(events)
+            finally:
+                # Read to its end (event None) or cut: either way the reservation ends here,
+                # once, with the usage the completed event reported, if it came. Priced, a
+                # stream read to its end without usage is UsageNotReported (never silently
+                # free); unpriced, it records nothing, as before money budgets.
+                reservation.end_stream(meter, complete=event is None and priced is not None)
+
+
+@final
+class _CompletedUsage:
+    """A stream's usage meter: the SDK reports a response's usage in its completed event only.
+
+    Written by the one task that reads the stream; read by it when the stream ends.
+    """
+
+    __slots__ = ("_usage",)
+
+    def __init__(self) -> None:
+        self._usage: TokenUsage | None = None
+
+    def observe(self, event: TResponseStreamEvent, /) -> None:
+        if isinstance(event, ResponseCompletedEvent) and event.response.usage is not None:
+            self._usage = _token_usage(event.response.usage)
+
+    @property
+    def final(self) -> bool:
+        return self._usage is not None
+
+    def usage(self) -> TokenUsage | None:
+        return self._usage
 
 
 async def _close(events: AsyncIterator[TResponseStreamEvent]) -> None:
@@ -437,6 +632,9 @@ def harness_run_config(
     executor: HarnessRetryExecutor | None = None,
     classifier: Classifier | None = None,
     tracing: HarnessTracing | None = None,
+    prices: Prices | None = None,
+    default_max_tokens: int = DEFAULT_MAX_TOKENS,
+    tool_prices: Mapping[str, Decimal] | None = None,
     **kw: Any,
 ) -> RunConfig:
     """A ``RunConfig`` under which an agent run's Model and Tool calls are the run's ``ctx``'s.
@@ -451,6 +649,21 @@ def harness_run_config(
     streams. ``call_model_input_filter`` is the harness's and refused. ``tracing`` (a
     ``HarnessTracing``, the ``otel`` extra) gives each Model attempt a ``chat`` span and each Tool
     call an ``execute_tool`` span (the SDK's own tracing is not OpenTelemetry's: nothing doubles).
+
+    ``prices`` (``GenaiPrices()``, a ``PriceTable``) prices every Model call: before each
+    request its worst case -- a bound on its input (the UTF-8 bytes of its instructions, input
+    items, tools, handoffs and output schema) at the input price, plus its ``max_tokens`` at the
+    output price -- is held against the run's money limit (``BudgetLimits(cost=...)``), and the
+    response's usage, priced exactly, settles it (a stream's at its end; one cut before its
+    usage arrived keeps its worst case). Required when the run has a money limit. Under a money
+    limit a request without ``model_settings.max_tokens`` is sent with ``default_max_tokens``,
+    and one whose ``max_tokens`` the money left cannot pay for is sent with it lowered to what it
+    can (:func:`model_charges` says so). A priced request that continues a conversation the
+    provider keeps (``previous_response_id``, ``conversation_id``) or uses a stored ``prompt`` is
+    refused (``ValueError``): its input cannot be bounded. ``tool_prices`` gives the governed
+    tools their price per call (``{"search": Decimal("0.10")}``), held when each call is reserved
+    and settled when it ends; under a money limit a tool without one is refused before the call.
+
     Everything is checked here; nothing changes the run.
     """
     checked_ctx(ctx)
@@ -467,8 +680,16 @@ def harness_run_config(
         default_classifier=classify_openai,
         tracing=tracing,
         provider="openai",
+        prices=prices,
+        default_max_tokens=default_max_tokens,
     )
-    tools = GovernedTools(ctx, policy=tool_policy, executor=model_call.executor, tracing=tracing)
+    tools = GovernedTools(
+        ctx,
+        policy=tool_policy,
+        executor=model_call.executor,
+        tracing=tracing,
+        tool_prices=tool_prices,
+    )
     governance = _Governance(model_call, tools)
 
     config = RunConfig(**kw)  # the SDK checks and coerces the user's settings
@@ -515,6 +736,13 @@ def harness_run_config(
         model_settings=settings,
         call_model_input_filter=check_agent_model,
     )
+
+
+def model_charges(run_config: RunConfig) -> tuple[ModelCharge, ...]:
+    """The priced Model calls of ``run_config`` (:func:`harness_run_config` with ``prices``), in
+    order: what each held, the ``max_tokens`` it was sent with (and whether the money left
+    lowered it), what it settled. Empty without ``prices``."""
+    return _governance_of(run_config, "run_config").model_call.charges
 
 
 def _harness_error(error: BaseException) -> RunTerminated | None:

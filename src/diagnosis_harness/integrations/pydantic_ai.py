@@ -22,7 +22,10 @@ those tasks, and never refuses a tool call by raising in one:
   it closes -- then checks every function tool call of the answer -- its name a budget key, its ID
   a safe key segment -- before any of them runs. (A wrapper rather than the
   ``prepare_model_request`` / ``after_model_request`` hooks: it stands right at the model, so it
-  sees each request the model is asked to send, the streamed ones included.)
+  sees each request the model is asked to send, the streamed ones included.) With ``prices``,
+  the reservation also holds the request's worst case in money and the wrapper sends the
+  ``max_tokens`` it was held for (the default, or lowered to what the money left pays for); the
+  response's usage, priced, settles it.
 - ``wrap_tool_execute`` runs each tool call through :class:`~._tools.GovernedTools`: reserved
   (total and per-tool limits) right before it starts, run under the Tool retry policy, its
   result's bytes reserved. A refused reservation raises pydantic-ai's ``SkipToolExecution``
@@ -42,6 +45,8 @@ those tasks, and never refuses a tool call by raising in one:
 
 from __future__ import annotations
 
+import threading
+import weakref
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, final
@@ -50,8 +55,17 @@ from .._boundary import Boundary
 from .._errors import RunTerminated
 from .._generated.tables import RunState
 from ._agent_endings import agent_run_ending, refused_tool_call
+from ._anthropic import TOOLS_PROMPT_TOKENS
 from ._extras import missing_extra
-from ._model_call import ModelCall, TokenUsage
+from ._model_call import (
+    DEFAULT_MAX_TOKENS,
+    ModelCall,
+    ModelCharge,
+    ModelRequest,
+    ModelReservation,
+    TokenUsage,
+    input_bound,
+)
 from ._tools import DEFAULT_KEY_PREFIX, DEFAULT_TOOL_POLICY, GovernedTools
 
 try:
@@ -59,8 +73,14 @@ try:
     from pydantic_ai import Agent
     from pydantic_ai.capabilities import AbstractCapability, CapabilityOrdering
     from pydantic_ai.exceptions import SkipToolExecution
-    from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelMessagesTypeAdapter,
+        ModelResponse,
+        ToolCallPart,
+    )
     from pydantic_ai.models.wrapper import WrapperModel
+    from pydantic_ai.settings import merge_model_settings
 except ImportError as error:  # pragma: no cover - the extra is installed wherever tests run
     if error.name not in ("pydantic_ai", "pydantic_core"):
         raise
@@ -72,8 +92,9 @@ except ImportError as error:  # pragma: no cover - the extra is installed wherev
     ) from error
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Mapping
     from concurrent.futures import Executor
+    from decimal import Decimal
 
     from pydantic_ai.capabilities.abstract import (
         ValidatedToolArgs,
@@ -91,11 +112,13 @@ if TYPE_CHECKING:
     from pydantic_ai.settings import ModelSettings
     from pydantic_ai.tools import RunContext as AgentRunContext
     from pydantic_ai.tools import ToolDefinition
+    from pydantic_ai.usage import RequestUsage
 
     from .._context import RunContext
     from .._failure import FailureKind
     from .._retry import Classifier, HarnessRetryExecutor
     from .._retry_policy import RetryPolicy
+    from ..pricing import Prices
     from .otel import CurrentSpan
 
 __all__ = ["HarnessCapability", "HarnessSpanAttributes", "tool_result_bytes"]
@@ -145,6 +168,18 @@ class HarnessCapability(AbstractCapability[Any]):
     ``tool_policy`` is the retry policy tool calls run under (a name in ``ctx.retry_policies``),
     ``key_prefix`` the first segment of their Tool Call keys, ``classifier`` maps a tool's
     exceptions to kinds for that policy. All are checked here: a bad one raises at construction.
+
+    ``prices`` (``GenaiPrices()``, a ``PriceTable``) prices every model request: before it is
+    sent, its worst case -- a bound on its input (the UTF-8 bytes of its messages, instructions
+    and tool definitions) at the input price, plus its ``max_tokens`` at the output price -- is
+    held against the run's money limit (``BudgetLimits(cost=...)``), and the response's usage,
+    priced exactly, settles it. Required when the run has a money limit (a ``ValueError`` here).
+    Under a money limit a request without ``max_tokens`` (pydantic-ai's ``model_settings``) is
+    sent with ``default_max_tokens``, and one whose ``max_tokens`` the money left cannot pay for
+    is sent with it lowered to what it can (:attr:`charges` says so). ``tool_prices`` gives the
+    tools their price per call (``{"search": Decimal("0.10")}``), held when each call is
+    reserved and settled when it ends; under a money limit a tool without one is refused
+    before the call (:class:`~diagnosis_harness.integrations.GovernedTools`).
     """
 
     ctx: RunContext
@@ -152,8 +187,12 @@ class HarnessCapability(AbstractCapability[Any]):
     key_prefix: str = DEFAULT_KEY_PREFIX
     classifier: Classifier | None = None
     finishes_run: bool = True
+    prices: Prices | None = None
+    default_max_tokens: int = DEFAULT_MAX_TOKENS
+    tool_prices: Mapping[str, Decimal] | None = None
     _tools: GovernedTools = field(init=False, repr=False)
     _model_call: ModelCall = field(init=False, repr=False)
+    _charges: _ResponseCharges = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if type(self.finishes_run) is not bool:
@@ -164,9 +203,17 @@ class HarnessCapability(AbstractCapability[Any]):
             key_prefix=self.key_prefix,
             classifier=self.classifier,
             measure=tool_result_bytes,
+            tool_prices=self.tool_prices,
         )
         # pydantic-ai retries model requests itself: no policy; the executor is the tools'.
-        self._model_call = ModelCall(self.ctx, policy=None, executor=self._tools.executor)
+        self._model_call = ModelCall(
+            self.ctx,
+            policy=None,
+            executor=self._tools.executor,
+            prices=self.prices,
+            default_max_tokens=self.default_max_tokens,
+        )
+        self._charges = _ResponseCharges()
 
     @property
     def tools(self) -> GovernedTools:
@@ -177,6 +224,19 @@ class HarnessCapability(AbstractCapability[Any]):
     def executor(self) -> HarnessRetryExecutor:
         """The executor the tool calls run under: its ``executions`` are their attempts."""
         return self._tools.executor
+
+    @property
+    def charges(self) -> tuple[ModelCharge, ...]:
+        """The priced model requests, in order: what each held, the ``max_tokens`` it was sent
+        with (and whether the money left lowered it), what it settled. Empty without ``prices``."""
+        return self._model_call.charges
+
+    def charge_of(self, response: ModelResponse) -> ModelCharge | None:
+        """The money of the priced request that answered ``response`` (``None``: not priced, not
+        answered through this capability, or streamed: pydantic-ai hands on a stream's answer as
+        a new snapshot of it, which no request answered). Read once: a second read gives
+        ``None``. A streamed request's money is in :attr:`charges`."""
+        return self._charges.take(response)
 
     def tool_call_key(self, tool_call_id: str) -> str:
         """The Tool Call key of a tool call (a tool reads its ID from ``ctx.tool_call_id``)."""
@@ -237,7 +297,7 @@ class HarnessCapability(AbstractCapability[Any]):
         # Called for every attempt, with the model that serves it (another capability's retry or
         # fallback included): the attempt's Model call is reserved by the wrapper, not a hook.
         _refuse_hidden_retries(model)
-        return _GovernedAttemptModel(model, self._model_call, self._tools)
+        return _GovernedAttemptModel(model, self._model_call, self._tools, self._charges)
 
     # -- tool calls: governed, and a refusal skips the call instead of cancelling its siblings --
 
@@ -278,14 +338,21 @@ class _GovernedAttemptModel(WrapperModel):
     consumer stops early or it fails, with the usage its chunks reported. (pydantic-ai retries
     model requests itself, and ``wrap_model_request`` holds the run's scope: neither is done
     here.) Every function tool call of a whole answer is checked -- its name a budget key, its
-    ID a safe key segment -- before any of them starts: a bad one fails the agent run here, not
-    in its own task where its siblings may have run.
+    ID a safe key segment, its price known under a money limit -- before any of them starts: a
+    bad one fails the agent run here, not in its own task where its siblings may have run.
     """
 
-    def __init__(self, wrapped: Model, model_call: ModelCall, tools: GovernedTools) -> None:
+    def __init__(
+        self,
+        wrapped: Model,
+        model_call: ModelCall,
+        tools: GovernedTools,
+        charges: _ResponseCharges,
+    ) -> None:
         super().__init__(wrapped)
         self._model_call = model_call
         self._tools = tools
+        self._charges = charges
 
     async def request(
         self,
@@ -293,12 +360,18 @@ class _GovernedAttemptModel(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
-        with self._model_call.reserve(_CALL_NAME) as reservation:
+        request = self._priced(messages, model_settings, model_request_parameters)
+        with self._model_call.reserve(_CALL_NAME, request) as reservation:
             response = await self.wrapped.request(
-                messages, model_settings, model_request_parameters
+                messages, _sent_settings(model_settings, reservation), model_request_parameters
             )
-            usage = response.usage
-            reservation.record(TokenUsage(usage.input_tokens, usage.output_tokens))
+            # Priced, a response without usage is UsageNotReported (never silently free), and
+            # its hold stays; unpriced, its tokens are recorded as pydantic-ai reports them.
+            reservation.record_response(
+                response, _priced_usage_of if request is not None else _usage_of
+            )
+        if request is not None:
+            self._charges.note(response, reservation)
         self._check_tool_calls(response, model_request_parameters)
         return response
 
@@ -310,16 +383,52 @@ class _GovernedAttemptModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
         run_context: AgentRunContext[Any] | None = None,
     ) -> AsyncIterator[StreamedResponse]:
-        with self._model_call.reserve(_CALL_NAME) as reservation:
+        request = self._priced(messages, model_settings, model_request_parameters)
+        with self._model_call.reserve(_CALL_NAME, request) as reservation:
             async with self.wrapped.request_stream(
-                messages, model_settings, model_request_parameters, run_context
+                messages,
+                _sent_settings(model_settings, reservation),
+                model_request_parameters,
+                run_context,
             ) as stream:
                 try:
                     yield stream
                 finally:  # what the stream received so far: also when cut, or its consumer left
-                    usage = stream.usage
-                    reservation.record(TokenUsage(usage.input_tokens, usage.output_tokens))
+                    reservation.end_stream(_StreamUsage(stream.usage), complete=False)
                 self._check_tool_calls(stream.get(), model_request_parameters)
+
+    def _priced(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        parameters: ModelRequestParameters,
+    ) -> ModelRequest | None:
+        """What a priced request's worst case is computed from; ``None`` when not priced.
+
+        The input bound covers what the request sends: the messages (the instructions are in
+        them) and the request's parameters (the tool definitions and their schemas, the output
+        tools), plus, for a Claude model given tools, the tool-use system prompt Anthropic adds
+        (:data:`~._anthropic.TOOLS_PROMPT_TOKENS`); ``max_tokens`` is the one the wrapped model
+        would send (its own settings, under the run's).
+        """
+        if self._model_call.prices is None:
+            return None
+        payload = {
+            "messages": ModelMessagesTypeAdapter.dump_python(messages, mode="json"),
+            "parameters": pydantic_core.to_jsonable_python(parameters, fallback=str),
+        }
+        settings = merge_model_settings(self.wrapped.settings, model_settings) or {}
+        model, provider = self.wrapped.model_name, self.wrapped.system
+        bound = input_bound(payload)
+        claude = provider == "anthropic" or "claude" in model.lower()
+        if claude and (parameters.function_tools or parameters.output_tools):
+            bound += TOOLS_PROMPT_TOKENS  # Anthropic's tool-use system prompt, never sent
+        return ModelRequest(
+            model=model,
+            input_bound=bound,
+            max_tokens=settings.get("max_tokens"),
+            provider=provider or None,
+        )
 
     def _check_tool_calls(
         self, response: ModelResponse, parameters: ModelRequestParameters
@@ -331,6 +440,105 @@ class _GovernedAttemptModel(WrapperModel):
                     tools = {tool.name for tool in parameters.function_tools}
                 if part.tool_name in tools:
                     self._tools.key_for(part.tool_name, part.tool_call_id)
+                    self._tools.price_of(part.tool_name)  # unpriced under a money limit: raises
+
+
+@final
+class _ResponseCharges:
+    """Which priced request answered which response: for the response's ``chat`` span.
+
+    pydantic-ai's ``after_model_request`` hook sees the response, not the wrapper's reservation;
+    the wrapper notes it here, keyed by the response object (a capability may serve concurrent
+    runs, so no "last request" would do). An entry leaves when it is read or when its response
+    is collected (``weakref.finalize``), so a run without span attributes keeps none for long.
+    ``_by_response`` is guarded by ``_lock``.
+    """
+
+    __slots__ = ("_by_response", "_lock")
+
+    def __init__(self) -> None:
+        self._by_response: dict[int, ModelReservation] = {}
+        self._lock = threading.Lock()
+
+    def note(self, response: ModelResponse, reservation: ModelReservation) -> None:
+        key = id(response)
+        with self._lock:
+            self._by_response[key] = reservation
+        # The id is free for reuse only once the response is collected: forget it then.
+        weakref.finalize(response, self._forget, key, reservation)
+
+    def take(self, response: ModelResponse) -> ModelCharge | None:
+        with self._lock:
+            reservation = self._by_response.pop(id(response), None)
+        return None if reservation is None else reservation.charge()
+
+    def _forget(self, key: int, reservation: ModelReservation) -> None:
+        with self._lock:
+            if self._by_response.get(key) is reservation:
+                del self._by_response[key]
+
+
+def _sent_settings(
+    settings: ModelSettings | None, reservation: ModelReservation
+) -> ModelSettings | None:
+    """The request's settings with the reservation's ``max_tokens`` (the default, or lowered to
+    what the money left can pay for); unchanged when it adds nothing."""
+    max_tokens = reservation.max_tokens
+    if max_tokens is None:
+        return settings
+    sent: ModelSettings = {**(settings or {}), "max_tokens": max_tokens}
+    return sent
+
+
+def _reported(usage: RequestUsage) -> TokenUsage | None:
+    """A ``RequestUsage`` as the run records it; ``None`` when the provider omitted it."""
+    if usage.unmeasured_requests:
+        return None
+    # pydantic-ai counts the prompt cache's tokens inside input_tokens, as the prices do.
+    return TokenUsage(
+        usage.input_tokens,
+        usage.output_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        cache_write_1h_tokens=usage.cache_write_1h_tokens,
+    )
+
+
+def _priced_usage_of(response: ModelResponse) -> TokenUsage | None:
+    return _reported(response.usage)
+
+
+def _usage_of(response: ModelResponse) -> TokenUsage:
+    """An unpriced response's usage as pydantic-ai reports it (zeros when the provider omitted
+    it, as before money budgets: the token budget counts what it is told)."""
+    usage = response.usage
+    return TokenUsage(usage.input_tokens, usage.output_tokens)
+
+
+@final
+class _StreamUsage:
+    """A pydantic-ai stream's usage when it ends: what its chunks reported, if anything.
+
+    ``None`` when nothing was received (a stream cut before the provider's usage chunk): a
+    priced hold then stays at its worst case. The stream ends with ``complete=False`` whatever
+    its end: pydantic-ai's consumer may stop reading once it has its output, and a stream
+    records what it received rather than raising for a usage it lacks.
+    """
+
+    __slots__ = ("_usage",)
+
+    def __init__(self, usage: RequestUsage) -> None:
+        self._usage = _reported(usage) if usage.has_values() else None
+
+    def observe(self, chunk: object, /) -> None:
+        """The stream's usage is read once, at its end."""
+
+    @property
+    def final(self) -> bool:
+        return self._usage is not None
+
+    def usage(self) -> TokenUsage | None:
+        return self._usage
 
 
 @final
@@ -345,9 +553,12 @@ class HarnessSpanAttributes(AbstractCapability[Any]):
 
     It starts no span -- nothing is doubled -- and sets, on pydantic-ai's ``invoke_agent`` span,
     the run's termination state and exhausted dimension; on each ``chat`` span, the request's
-    outcome (and failure kind); on each ``execute_tool`` span (one per attempt), the attempt's
-    number, outcome and failure kind, as the capability's executor classifies them. A Tool call
-    the budget refused never starts, so pydantic-ai opens no span for it.
+    outcome (and failure kind) and, for a priced request that was not streamed, its money
+    (``gen_ai.usage.cost``, the hold, the ``max_tokens`` sent and whether it was lowered: see
+    :mod:`~diagnosis_harness.integrations.otel`); on each ``execute_tool`` span (one per
+    attempt), the attempt's number, outcome and failure kind, as the capability's executor
+    classifies them. A Tool call the budget refused never starts, so pydantic-ai opens no span
+    for it.
 
     It runs inside pydantic-ai's spans (its ordering is the default one, inside pydantic-ai's
     ``Instrumentation``, which is outermost) and finds each as OpenTelemetry's current span: that
@@ -386,7 +597,7 @@ class HarnessSpanAttributes(AbstractCapability[Any]):
         request_context: ModelRequestContext,
         response: ModelResponse,
     ) -> ModelResponse:
-        self._span.chat(None, self._kind)
+        self._span.chat(None, self._kind, self.capability.charge_of(response))
         return response
 
     async def on_model_request_error(
