@@ -53,13 +53,13 @@ if TYPE_CHECKING:
     from ._spec_scenarios import SpecScenario
 
 __all__ = [
+    "BUDGET_SEEDED_BUGS",
     "INSTALL_HINT",
     "PROFILES",
     "ModelResult",
     "PanReport",
     "SpinModel",
     "SpinSummary",
-    "BUDGET_SEEDED_BUGS",
     "budget_limits",
     "build_models",
     "check_model",
@@ -321,9 +321,7 @@ def money_limit(racers: int) -> int:
     return BUDGET_HOLD * max(1, tool_limit - 1) + 1
 
 
-BUDGET_SEEDED_BUGS: Final[Mapping[str, int]] = MappingProxyType(
-    {"check_then_act": 1, "unheld": 2}
-)
+BUDGET_SEEDED_BUGS: Final[Mapping[str, int]] = MappingProxyType({"check_then_act": 1, "unheld": 2})
 """The budget model's seeded bugs: the reservation checked in one locked step and written in
 the next (1); a hold checked against the money settled only, not settled + held (2)."""
 
