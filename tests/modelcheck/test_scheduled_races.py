@@ -238,26 +238,28 @@ def test_every_schedule_of_a_usage_report_past_a_limit_racing_an_ending_ends_onc
     ("scenario", "outcomes"),
     [
         pytest.param(
-            money_race([10, 10], hold=10, limit=15), {"1 ran, BUDGET_EXHAUSTED"}, id="one-fits"
+            money_race([10, 10], hold=10, limit=15),
+            {"1 ran, BUDGET_EXHAUSTED on cost"},
+            id="one-fits",
         ),
         pytest.param(
             money_race([5, 10], hold=10, limit=15),
-            {"2 ran, RUNNING", "1 ran, BUDGET_EXHAUSTED"},
+            {"2 ran, RUNNING", "1 ran, BUDGET_EXHAUSTED on cost"},
             id="settled-below-frees-money",
         ),
         pytest.param(
             money_race([15, 10], hold=10, limit=20),
-            {"2 ran, BUDGET_EXHAUSTED", "1 ran, BUDGET_EXHAUSTED"},
+            {"2 ran, BUDGET_EXHAUSTED on cost", "1 ran, BUDGET_EXHAUSTED on cost"},
             id="settled-above-exhausts",
         ),
         pytest.param(
             money_race([10, 10], hold=10, limit=15, ender=True),
-            {"1 ran, BUDGET_EXHAUSTED", "1 ran, CANCELLED", "0 ran, CANCELLED"},
+            {"1 ran, BUDGET_EXHAUSTED on cost", "1 ran, CANCELLED", "0 ran, CANCELLED"},
             id="racing-the-end",
         ),
         pytest.param(
             money_race([10, 10, 10], hold=10, limit=20, watch=False),
-            {"2 ran, BUDGET_EXHAUSTED"},
+            {"2 ran, BUDGET_EXHAUSTED on cost"},
             id="three-payers",
         ),
     ],
@@ -281,7 +283,7 @@ def test_sixteen_parallel_ten_cent_calls_under_a_dollar_run_exactly_ten(
     label = paid_tool_race(16, price=10, limit=100).run(
         lambda runnable: data.draw(st.sampled_from(runnable))
     )
-    assert label == "10 ran, BUDGET_EXHAUSTED"
+    assert label == "10 ran, BUDGET_EXHAUSTED on cost"
 
 
 # -- the unlocked variants: the checks must find each race ---------------------------------------

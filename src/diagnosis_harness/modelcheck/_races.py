@@ -1042,7 +1042,8 @@ class MoneyRace(Race):
         if budget_ended and usage.exhausted is not BudgetDimension.COST:
             raise InvariantViolation(f"the run ended on the budget, exhausted {usage.exhausted}")
         state = "RUNNING" if termination is None else termination.state.name
-        return f"{len(self._granted)} ran, {state}"
+        on = "" if usage.exhausted is None else f" on {usage.exhausted.value}"  # names COST
+        return f"{len(self._granted)} ran, {state}{on}"
 
 
 _CENT: Final = 10_000_000_000
