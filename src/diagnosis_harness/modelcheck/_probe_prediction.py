@@ -221,7 +221,8 @@ class Prediction:
     @property
     def tool_hold_units(self) -> int:
         """What a Tool call holds: ``PROBE_TOOL_HOLD_UNITS`` under a money limit, else nothing."""
-        return PROBE_TOOL_HOLD_UNITS if self.config.holds_money and self.cost_limit_units else 0
+        limited = self.cost_limit_units is not None
+        return PROBE_TOOL_HOLD_UNITS if self.config.holds_money and limited else 0
 
     # -- reservations and usage --------------------------------------------------------------------
 

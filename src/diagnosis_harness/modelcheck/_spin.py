@@ -10,8 +10,11 @@ Promela model that Spin explores exhaustively for a fixed number of racing proce
 * cancellation callbacks (``promela/callbacks.pml``, hand-written: the protocol is code, not a
   table): the first signal takes every registered callback under the lock and runs them outside
   it; a late registration runs inline; ``unregister()`` removes only a callback not yet taken;
-* the budget reservation (``promela/budget.pml``, hand-written): check every limit and bump the
-  total and per-Tool counters in one locked step; a refusal reserves nothing and ends the run.
+* the budget reservation (``promela/budget.pml``, hand-written): check every limit, the money
+  included, and bump the total and per-Tool counters and the money held in one locked step; a
+  refusal reserves nothing and ends the run. Each granted call then settles its hold at an
+  actual below, at or above it, even after the run ended: only such a settle takes settled +
+  held past the money limit, and it exhausts the run.
 
 The run lock is a ``d_step``: one indivisible transition. Each model has a seeded-bug variant
 that breaks exactly that (a read outside the lock, a take outside the lock, check-then-act) and
