@@ -10,6 +10,8 @@ import pytest
 
 from diagnosis_harness import (
     Boundary,
+    BudgetDimension,
+    BudgetExhausted,
     BudgetLimits,
     CancellationReason,
     FailureKind,
@@ -29,6 +31,7 @@ from diagnosis_harness.modelcheck import (
     replay_sequence,
 )
 from diagnosis_harness.modelcheck._explorer import (
+    EXPLORE_CONFIG,
     RETRY_ATTEMPTS,
     RETRY_POLICIES,
     RETRY_PRELUDES,
@@ -261,6 +264,35 @@ def test_capacity_and_callbacks() -> None:
     assert probe.ctx.lifecycle.termination is not None
     assert probe.ctx.lifecycle.termination.state is RunState.TIMED_OUT
     probe.unregister(0)  # already ran: False
+
+
+def test_the_explorers_run_holds_money_and_the_probe_predicts_cost() -> None:
+    """The explorer's run has a money limit of 7 picodollars: fetch twice holds 4, so the Model
+    call's hold of 5 is refused on COST (nothing held for it); on another run a Model call and a
+    Tool call hold all 7, and the settle's actual of 6, above its hold, passes the limit and
+    exhausts the run on COST. The probe predicted both, invariants included."""
+    assert EXPLORE_CONFIG.limits.cost is not None
+    probe = RunProbe(EXPLORE_CONFIG, models=MemoModels())
+    assert probe.reserve_tool("fetch") is None
+    assert probe.reserve_tool("fetch") is None
+    refused = probe.reserve_model()
+    assert isinstance(refused, BudgetExhausted)
+    assert refused.dimension is BudgetDimension.COST
+    usage = probe.ctx.budget.snapshot()
+    assert (usage.model_calls, usage.cost_held_units) == (0, 4)
+
+    probe = RunProbe(EXPLORE_CONFIG, models=MemoModels())
+    assert probe.reserve_model() is None
+    assert probe.reserve_tool("search") is None
+    assert probe.ctx.budget.snapshot().cost_held_units == 7
+    probe.settle(0, 3, 6)
+    usage = probe.ctx.budget.snapshot()
+    assert (usage.cost_units, usage.cost_held_units, usage.exhausted) == (
+        6,
+        2,
+        BudgetDimension.COST,
+    )
+    assert probe.life_state is RunState.BUDGET_EXHAUSTED
 
 
 def test_a_disagreement_names_what_differs() -> None:

@@ -23,6 +23,8 @@ from diagnosis_harness.modelcheck._races import (
     Scenario,
     capacity_race,
     model_call_race,
+    money_race,
+    paid_tool_race,
     registration_race,
     reservation_race,
     snapshot_race,
@@ -228,6 +230,62 @@ def test_every_schedule_of_a_usage_report_past_a_limit_racing_an_ending_ends_onc
         assert outcomes == {"BUDGET_EXHAUSTED input_tokens", "BUDGET_EXHAUSTED output_tokens"}
 
 
+# -- money holds racing settles and the run's ending ---------------------------------------------
+
+
+@PER_TOOL
+@pytest.mark.parametrize(
+    ("scenario", "outcomes"),
+    [
+        pytest.param(
+            money_race([10, 10], hold=10, limit=15),
+            {"1 ran, BUDGET_EXHAUSTED on cost"},
+            id="one-fits",
+        ),
+        pytest.param(
+            money_race([5, 10], hold=10, limit=15),
+            {"2 ran, RUNNING", "1 ran, BUDGET_EXHAUSTED on cost"},
+            id="settled-below-frees-money",
+        ),
+        pytest.param(
+            money_race([15, 10], hold=10, limit=20),
+            {"2 ran, BUDGET_EXHAUSTED on cost", "1 ran, BUDGET_EXHAUSTED on cost"},
+            id="settled-above-exhausts",
+        ),
+        pytest.param(
+            money_race([10, 10], hold=10, limit=15, ender=True),
+            {"1 ran, BUDGET_EXHAUSTED on cost", "1 ran, CANCELLED", "0 ran, CANCELLED"},
+            id="racing-the-end",
+        ),
+        pytest.param(
+            money_race([10, 10, 10], hold=10, limit=20, watch=False),
+            {"2 ran, BUDGET_EXHAUSTED on cost"},
+            id="three-payers",
+        ),
+    ],
+)
+def test_every_schedule_of_holds_racing_settles_keeps_the_money_exact(
+    scenario: Scenario, outcomes: set[str]
+) -> None:
+    """Settled + held within the limit but by a settle's actual above its hold (which exhausts
+    the run), nothing held in the end -- a hold granted before the run ended settles after it --
+    the money settled is the sum of the actuals, a refused hold reserves nothing."""
+    assert _assert_clean(scenario) == outcomes
+
+
+@PER_TOOL
+@given(st.data())
+def test_sixteen_parallel_ten_cent_calls_under_a_dollar_run_exactly_ten(
+    data: st.DataObject,
+) -> None:
+    """16 parallel calls of a paid Tool ($0.10 each) under $1.00: whatever the schedule, exactly
+    10 run and settle, the other 6 are refused on COST, holding nothing."""
+    label = paid_tool_race(16, price=10, limit=100).run(
+        lambda runnable: data.draw(st.sampled_from(runnable))
+    )
+    assert label == "10 ran, BUDGET_EXHAUSTED on cost"
+
+
 # -- the unlocked variants: the checks must find each race ---------------------------------------
 
 UNLOCKED = [
@@ -255,6 +313,10 @@ UNLOCKED = [
     pytest.param(capacity_race([[3], [3]], limit=5), marks=BYTE_LIMIT, id="capacity"),
     pytest.param(usage_race("usage_in", "cancel"), marks=TOKENS, id="usage+cancel"),
     pytest.param(usage_race("usage_in", "usage_out"), marks=TOKENS, id="usage+usage"),
+    pytest.param(money_race([10, 10], hold=10, limit=15), marks=PER_TOOL, id="money"),
+    pytest.param(
+        money_race([10, 10], hold=10, limit=15, ender=True), marks=PER_TOOL, id="money+cancel"
+    ),
 ]
 
 
@@ -269,6 +331,13 @@ def test_the_enumerator_finds_the_race_of_each_unlocked_variant(
     )
     assert result.violations == 1, "no schedule of the unlocked variant broke the invariant"
     assert result.first_violation_trace  # the schedule that did, for the failure message
+
+
+@PER_TOOL
+def test_hypothesis_finds_the_race_of_sixteen_unlocked_paid_calls() -> None:
+    result = search(paid_tool_race(16, price=10, limit=100), locked=False, max_examples=50)
+    assert result.violations > 0
+    assert result.first_violation is not None
 
 
 @SUCCESS_WINS

@@ -1,4 +1,5 @@
-"""Spin: the terminal compare-and-set, the callbacks and the budget reservation, 5 racers each.
+"""Spin: the terminal compare-and-set, the callbacks and the budget reservation with its money
+holds and settles, 5 racers each.
 
 Every real model must hold each property (``errors: 0``) and every seeded-bug model must be
 refuted (``errors: N`` with N >= 1). The verdict is read off pan's report: pan exits 0 either
@@ -133,10 +134,27 @@ def test_budget_seeded_bug_is_refuted(
     _refuted(results["budget_seeded_bug", prop])
 
 
+@needs_spin
+@pytest.mark.model_check
+@pytest.mark.parametrize("prop", _cases("budget_unheld_seeded_bug"))
+def test_budget_holds_checked_against_spend_so_far_are_refuted(
+    results: dict[tuple[str, str], ModelResult], prop: str
+) -> None:
+    """A hold checked against the money settled only -- a limit on spend so far, which holds
+    nothing -- lets racing holds pass the limit with no settle to blame: Spin finds it."""
+    result = results["budget_unheld_seeded_bug", prop]
+    _refuted(result)
+    assert result["final"] is not None
+    assert "overrun = 0" in result["final"]
+
+
 def test_every_model_is_checked_on_the_properties_the_issue_names() -> None:
     assert set(MODELS["terminal_cas"].properties) >= {"stable", "one_winner"}
     assert "once" in MODELS["callbacks"].properties
     assert "within_limits" in MODELS["budget"].properties
+    # Money: settled + held within the limit but by a settle's actual, a refused hold holds
+    # nothing and no hold is negative, every hold settled in the end (even after the run ended).
+    assert {"money_within", "consistent", "all_settled"} <= set(MODELS["budget"].properties)
     for model in MODELS.values():
         for prop in model.properties:
             assert f"ltl {prop} {{" in model.text, (model.name, prop)
@@ -298,6 +316,26 @@ def test_profiles_and_racer_bounds() -> None:
     assert f"#define PER_TOOL_LIMIT {per_tool_limit}" in render_budget(RACERS)
     assert tool_limit < RACERS
     assert per_tool_limit * 2 < RACERS
+    with pytest.raises(ValueError, match="seeded_bug must be a bool or one of"):
+        render_budget(RACERS, seeded_bug="spent")
+
+
+def test_the_budget_model_races_money_that_cannot_all_be_held() -> None:
+    """Fewer holds fit the money limit than the Tool-call limit lets through, so a hold is
+    refused on money alone; an actual above its hold passes the limit only by a settle."""
+    text = render_budget(RACERS)
+    hold, limit = _spin.BUDGET_HOLD, _spin.money_limit(RACERS)
+    tool_limit, _ = _spin.budget_limits(RACERS)
+    assert f"#define HOLD {hold}" in text
+    assert f"#define COST_LIMIT {limit}" in text
+    assert hold * tool_limit > limit  # the money refuses before the Tool calls do
+    assert limit // hold >= 2  # two holds race for the money
+    assert ":: actual = HOLD + 1" in text  # a settle may record more than its hold
+    assert "#define SEEDED_BUG 0" in text
+    assert "#define SEEDED_BUG 1" in render_budget(RACERS, seeded_bug=True)
+    unheld = render_budget(RACERS, seeded_bug="unheld")
+    assert "#define SEEDED_BUG 2" in unheld
+    assert "holding[0] + holding[1] + holding[2] + holding[3] + holding[4]" in text
 
 
 @needs_spin

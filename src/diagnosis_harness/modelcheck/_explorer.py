@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeAlias, final
 
 from .. import Boundary, BudgetLimits, CancellationReason, FailureKind
+from ..pricing import from_units
 from ._counterexample import Counterexample
 from ._coverage import TransitionCoverage
 from ._disagreement import Disagreement
@@ -102,10 +103,14 @@ EXPLORE_LIMITS = BudgetLimits(
     total_tokens=3,
     run_bytes=2,
     per_tool_overrides={_TOOL_B: 2},
+    cost=from_units(7),
 )
 """Small limits: every guard flips within two steps. (1, 0) twice passes the input limit,
 (0, 3) twice the output limit, (1, 0) then (0, 3) only the total; search then search passes the
-per-Tool limit, fetch twice then any Tool the total."""
+per-Tool limit, fetch twice then any Tool the total. Money, in picodollars: a Model call holds 5
+and a Tool call 2 of the 7, so fetch twice then the Model call is refused on COST (as is a Tool
+call after a Model call and a Tool call), and the settle's actual of 6 passes the limit beside
+a Tool call's hold."""
 
 EXPLORE_CONFIG = ProbeConfig(
     limits=EXPLORE_LIMITS,
@@ -131,7 +136,7 @@ RUN_EVENTS: Final[tuple[RunEvent, ...]] = (
     ("reserve_bytes(1)", lambda probe: probe.reserve_bytes(1)),
     ("record_usage(1, 0)", lambda probe: probe.record_usage(1, 0)),
     ("record_usage(0, 3)", lambda probe: probe.record_usage(0, 3)),
-    ("settle(0, 3)", lambda probe: probe.settle(0, 3, 4)),
+    ("settle(0, 3)", lambda probe: probe.settle(0, 3, 6)),
 )
 """The run explorer's events: every way a run's state can change, each guard both ways."""
 

@@ -97,8 +97,9 @@ def replaceable_terminal() -> AbstractContextManager[None]:
 # -- defect 2: a per-Tool reservation that bumps the total before checking -------------------------
 
 
-def _reserve_tool_call_bumping(self: LocalRun, tool: str, now_ns: int) -> None:
-    """The bug: the total moves first, and a per-Tool refusal does not put it back."""
+def _reserve_tool_call_bumping(self: LocalRun, tool: str, now_ns: int, hold: int = 0) -> None:
+    """The bug: the total moves first, and a per-Tool (or money) refusal does not put it back.
+    The money hold is taken as the real code takes it, so that only the total is wrong."""
     with self._lock:
         if self._termination is not None or now_ns >= self._deadline_ns:
             pending = self._time_out_locked(Boundary.TOOL, now_ns)
@@ -107,11 +108,15 @@ def _reserve_tool_call_bumping(self: LocalRun, tool: str, now_ns: int) -> None:
         else:
             self._tool_calls += 1
             used = self._per_tool.get(tool, 0)
-            if used < self._limits.per_tool_limit(tool):
+            within = used < self._limits.per_tool_limit(tool)
+            cost_limit = self._cost_limit
+            fits = cost_limit is None or self._cost_settled + self._cost_held + hold <= cost_limit
+            if within and fits:
                 self._step_budget_locked(RESERVE)
                 self._per_tool[tool] = used + 1
+                self._cost_held += hold
                 return
-            dimension = BudgetDimension.PER_TOOL_CALLS
+            dimension = BudgetDimension.PER_TOOL_CALLS if not within else BudgetDimension.COST
             pending = self._exhaust_locked(RESERVE, dimension, "reached", now_ns)
     self._refuse(Boundary.TOOL, pending)
 

@@ -48,7 +48,7 @@ from ..pricing import from_units
 from ._disagreement import disagree
 from ._models import ModelTiming
 from ._probe_invariants import Invariants, RecordingCallback
-from ._probe_prediction import PROBE_HOLD, Prediction, compare_error
+from ._probe_prediction import PROBE_HOLD, PROBE_TOOL_HOLD, Prediction, compare_error
 from ._probe_retry import RetryExecution
 from ._probe_scenarios import ProbeStep, step_scenarios
 
@@ -262,10 +262,13 @@ class RunProbe:
         return self._reserved("reserve_model_call()", expected, got, Boundary.MODEL)
 
     def reserve_tool(self, tool: str) -> RunTerminated | None:
-        """``ctx.reserve_tool_call(tool)``; returns what it raised."""
-        self._note("reserve_tool", f"reserve_tool_call({tool!r})")
+        """``ctx.reserve_tool_call(tool)``, holding ``PROBE_TOOL_HOLD`` under a money limit (the
+        hold is never settled: it stays charged); returns what it raised."""
+        max_cost = PROBE_TOOL_HOLD if self.prediction.tool_hold_units else None
+        held = "" if max_cost is None else f", max_cost={max_cost}"
+        self._note("reserve_tool", f"reserve_tool_call({tool!r}{held})")
         expected = self.prediction.reserve_tool(tool)
-        got = self._call(lambda: self.ctx.reserve_tool_call(tool))
+        got = self._call(lambda: self.ctx.reserve_tool_call(tool, max_cost=max_cost))
         return self._reserved(f"reserve_tool_call({tool!r})", expected, got, Boundary.TOOL)
 
     def reserve_bytes(self, n: int) -> RunTerminated | None:

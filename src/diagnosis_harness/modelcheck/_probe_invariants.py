@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, final
 
 from .. import BudgetState
 from ._disagreement import disagree
-from ._probe_reference import tool_limit
+from ._probe_reference import money_held, tool_limit
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -214,7 +214,7 @@ class Invariants:
             ref.run_bytes,
             ref.dimension,
             ref.cost_settled,
-            sum(ref.holds),
+            money_held(ref),
         )
         actual_usage = (
             usage.model_calls,
@@ -251,6 +251,12 @@ class Invariants:
         )
         if over_tokens and not exhausted:
             raise disagree(f"token usage past a limit but the budget is not EXHAUSTED: {usage}")
+        cost_limit = self._prediction.cost_limit_units
+        over_money = (
+            cost_limit is not None and usage.cost_units + usage.cost_held_units > cost_limit
+        )
+        if over_money and not exhausted:  # only a settle's actual passes it, and that exhausts
+            raise disagree(f"settled + held past the money limit, the budget ACTIVE: {usage}")
 
     def _check_capacity(self) -> None:
         """The capacity counter beside the run holds the reference's usage, within its limit."""

@@ -38,7 +38,7 @@ from .._generated.tables import (
 )
 from ..pricing import from_units, to_units
 from ._disagreement import disagree
-from ._probe_reference import Reference, tool_limit
+from ._probe_reference import Reference, money_held, tool_limit
 
 if TYPE_CHECKING:
     import enum
@@ -56,6 +56,8 @@ __all__ = [
     "KIND_OF_ERROR",
     "PROBE_HOLD",
     "PROBE_HOLD_UNITS",
+    "PROBE_TOOL_HOLD",
+    "PROBE_TOOL_HOLD_UNITS",
     "Prediction",
     "compare_error",
 ]
@@ -100,6 +102,10 @@ KIND_OF_ERROR: Final[Mapping[type[RunTerminated], FailureKind]] = MappingProxyTy
 PROBE_HOLD: Final = from_units(5)
 """The ``max_cost`` a probe's Model call holds: five picodollars."""
 PROBE_HOLD_UNITS: Final = 5
+PROBE_TOOL_HOLD: Final = from_units(2)
+"""The ``max_cost`` a probe's Tool call holds under a money limit (a run with one must give
+every call's worst case): two picodollars, never settled, so it stays charged."""
+PROBE_TOOL_HOLD_UNITS: Final = 2
 
 _TOKEN_LIMITS: Final = (
     BudgetDimension.INPUT_TOKENS,
@@ -201,6 +207,23 @@ class Prediction:
     def _grant(self) -> None:
         self.take(self._budget, BUDGET, BudgetEvent.RESERVE, True)
 
+    @property
+    def cost_limit_units(self) -> int | None:
+        """The money limit in picodollars (rounded up, as the run does), or ``None``."""
+        cost = self.config.limits.cost
+        return None if cost is None else to_units(cost, rounding="up")
+
+    def _money_refuses(self, hold: int) -> bool:
+        """Whether holding ``hold`` more would take settled + held past the money limit."""
+        limit = self.cost_limit_units
+        return limit is not None and self.ref.cost_settled + money_held(self.ref) + hold > limit
+
+    @property
+    def tool_hold_units(self) -> int:
+        """What a Tool call holds: ``PROBE_TOOL_HOLD_UNITS`` under a money limit, else nothing."""
+        limited = self.cost_limit_units is not None
+        return PROBE_TOOL_HOLD_UNITS if self.config.holds_money and limited else 0
+
     # -- reservations and usage --------------------------------------------------------------------
 
     def reserve_model(self) -> type[RunTerminated] | None:
@@ -210,9 +233,12 @@ class Prediction:
             return expected
         if self.ref.model_calls >= self.config.limits.model_calls:
             return self._refuse_budget(BudgetEvent.RESERVE, BudgetDimension.MODEL_CALLS)
+        hold = PROBE_HOLD_UNITS if self.config.holds_money else 0
+        if self._money_refuses(hold):
+            return self._refuse_budget(BudgetEvent.RESERVE, BudgetDimension.COST)
         self._grant()
         self.ref.model_calls += 1
-        self.ref.holds.append(PROBE_HOLD_UNITS if self.config.holds_money else 0)
+        self.ref.holds.append(hold)
         return None
 
     def reserve_tool(self, tool: str) -> type[RunTerminated] | None:
@@ -226,8 +252,12 @@ class Prediction:
             return self._refuse_budget(BudgetEvent.RESERVE, BudgetDimension.TOOL_CALLS)
         if used >= tool_limit(limits, tool):
             return self._refuse_budget(BudgetEvent.RESERVE, BudgetDimension.PER_TOOL_CALLS)
+        hold = self.tool_hold_units
+        if self._money_refuses(hold):  # named only when every call counter had room
+            return self._refuse_budget(BudgetEvent.RESERVE, BudgetDimension.COST)
         self._grant()
         ref.per_tool[tool] = used + 1
+        ref.tool_held += hold
         return None
 
     def reserve_bytes(self, n: int) -> type[RunTerminated] | None:
@@ -268,8 +298,8 @@ class Prediction:
             if count > limit:  # the first limit passed: input, then output, then total
                 self._refuse_budget(BudgetEvent.SETTLE, dimension)
                 return
-        cost_limit = limits.cost
-        if cost_limit is not None and ref.cost_settled + sum(ref.holds) > to_units(cost_limit):
+        cost_limit = self.cost_limit_units
+        if cost_limit is not None and ref.cost_settled + money_held(ref) > cost_limit:
             self._refuse_budget(BudgetEvent.SETTLE, BudgetDimension.COST)
             return
         self.take(self._budget, BUDGET, BudgetEvent.SETTLE, True)
@@ -302,10 +332,16 @@ class Prediction:
             )
         else:
             counters = ()
+        limit = self.cost_limit_units
+        # Under a money limit the guards ahead read settled + the Tool holds (never released) and
+        # the Model holds (each PROBE_HOLD_UNITS, released by a settle): within the limit while
+        # the budget is ACTIVE, capped past it like the token counters.
+        money = None if limit is None else min(ref.cost_settled + ref.tool_held, limit + 1)
         return (
             self.life_state,
             self.budget_state,
             counters,
+            money,
             len(ref.holds),
             tokens,
             past,

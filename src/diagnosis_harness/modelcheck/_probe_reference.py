@@ -16,7 +16,7 @@ from .. import AttemptOutcome, BudgetDimension, BudgetLimits, CancellationReason
 if TYPE_CHECKING:
     from .. import RunState
 
-__all__ = ["AttemptRow", "Reference", "tool_limit"]
+__all__ = ["AttemptRow", "Reference", "money_held", "tool_limit"]
 
 AttemptRow: TypeAlias = tuple[str, int, AttemptOutcome, FailureKind | None]
 """An attempt record as the reference keeps it: (policy, number, outcome, failure)."""
@@ -36,6 +36,9 @@ class Reference:
     # actual costs settled
     holds: list[int] = field(default_factory=list)
     cost_settled: int = 0
+    # the holds of Tool calls (taken under a money limit only): the probe never settles them,
+    # so they stay charged at their worst case, as an unsettled hold does
+    tool_held: int = 0
     capacity_used: int = 0
     dimension: BudgetDimension | None = None
     # (state, reason or None when any non-blank reason will do, at_ns) of the first outcome
@@ -50,3 +53,8 @@ class Reference:
 def tool_limit(limits: BudgetLimits, tool: str) -> int:
     """The call limit of ``tool``: its override, else the per-Tool limit."""
     return limits.per_tool_overrides.get(tool, limits.per_tool_calls)
+
+
+def money_held(ref: Reference) -> int:
+    """The money the reference holds, in picodollars: every hold not settled yet."""
+    return sum(ref.holds) + ref.tool_held

@@ -7,7 +7,11 @@ derandomized): every two- and three-actor scenario exhaustively, the two-actor o
 scheduling point after each release, and the four- and six-racer terminal races under 50
 Hypothesis-chosen schedules each. ``dev``: the same with random Hypothesis seeds. ``deep``
 (minutes): more scenarios, four actors exhaustively, release points for every two- and
-three-actor scenario, and 1,000-2,000 Hypothesis schedules of four to six actors.
+three-actor scenario, and 1,000-2,000 Hypothesis schedules of four to sixteen actors.
+
+Money: paid Tool calls holding a worst case and settling an actual below, at or above it race
+for one money limit, two and three at a time exhaustively (one of them against a cancel), and
+sixteen $0.10 calls under $1.00 under Hypothesis-chosen schedules: exactly ten run.
 
 Each race names one spec scenario; :func:`run_checks` charges a race's failure to it alone, with
 the violating schedule as a :class:`~._counterexample.Counterexample` that
@@ -26,6 +30,8 @@ from ._races import (
     Scenario,
     capacity_race,
     model_call_race,
+    money_race,
+    paid_tool_race,
     registration_race,
     reservation_race,
     snapshot_race,
@@ -85,14 +91,27 @@ def plan(profile: str) -> list[RaceCheck]:
         reservation_race([["a"], ["a"], ["b"]], tool_calls=2, per_tool_calls=1),
         capacity_race([[3], [2], [2]], limit=5),
     ]
+    # Money: holds racing settles (an actual below, at and above its hold) and the run's ending.
+    # Not with release points in ci: a payer's four points make them tens of thousands.
+    money_two = [
+        money_race([10, 10], hold=10, limit=15),
+        money_race([5, 10], hold=10, limit=15),
+        money_race([15, 10], hold=10, limit=20),
+    ]
+    money_three = [
+        money_race([10, 10], hold=10, limit=15, ender=True),
+        money_race([10, 10, 10], hold=10, limit=20, watch=False),
+    ]
+    paid = paid_tool_race(16, price=10, limit=100)  # $0.10 calls under $1.00: exactly 10 run
     every_racer = terminal_race(*RACERS)
     four = terminal_race("succeed", "fail", "deadline", "budget")
     if profile != "deep":
         return [
-            *(RaceCheck(s) for s in two + three),
+            *(RaceCheck(s) for s in two + three + money_two + money_three),
             *(RaceCheck(s, release_points=True) for s in two),
             RaceCheck(every_racer, examples=50),
             RaceCheck(four, examples=50),
+            RaceCheck(paid, examples=50),
         ]
     raced = {frozenset(s.actor_names) for s in two}
     names = list(RACERS)
@@ -111,9 +130,12 @@ def plan(profile: str) -> list[RaceCheck]:
         reservation_race([["a"], ["a"], ["b"], ["b"]], tool_calls=3, per_tool_calls=1),
         capacity_race([[3], [2], [2], [1]], limit=5),
     ]
+    money_three.append(money_race([15, 5, 10], hold=10, limit=20, watch=False))
     return [
-        *(RaceCheck(s) for s in two + three + fours),
+        *(RaceCheck(s) for s in two + three + fours + money_two + money_three),
         *(RaceCheck(s, release_points=True) for s in two + three),
+        *(RaceCheck(s, release_points=True) for s in money_two),
+        RaceCheck(paid, examples=1_000),
         RaceCheck(every_racer, examples=2_000),
         RaceCheck(four, examples=2_000),
         RaceCheck(

@@ -10,7 +10,8 @@ only, so nothing one schedule did is seen by the next. Each scenario names the o
 scenario) of the spec it exercises (``requirement``, ``spec_scenario``): a violation is charged
 to it alone. The builders, which the profiles and the tests call: :func:`terminal_race`,
 :func:`registration_race`, :func:`reservation_race`, :func:`model_call_race`,
-:func:`snapshot_race`, :func:`capacity_race` and :func:`usage_race`.
+:func:`snapshot_race`, :func:`capacity_race`, :func:`usage_race`, :func:`money_race` and
+:func:`paid_tool_race`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import abc
 from collections import Counter
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Final, final
 
 from .._boundary import Boundary
@@ -62,6 +64,7 @@ __all__ = [
     "ActorClock",
     "CapacityRace",
     "ModelCallRace",
+    "MoneyRace",
     "Race",
     "RegistrationRace",
     "ReservationRace",
@@ -71,6 +74,8 @@ __all__ = [
     "UsageRace",
     "capacity_race",
     "model_call_race",
+    "money_race",
+    "paid_tool_race",
     "registration_race",
     "reservation_race",
     "snapshot_race",
@@ -203,7 +208,11 @@ class ActorClock:
 
 
 def _limits(
-    *, model_calls: int = 10**9, tool_calls: int = 10**9, per_tool_calls: int = 10**9
+    *,
+    model_calls: int = 10**9,
+    tool_calls: int = 10**9,
+    per_tool_calls: int = 10**9,
+    cost: Decimal | None = None,
 ) -> BudgetLimits:
     generous = 10**9  # the limits a scenario does not race on
     return BudgetLimits(
@@ -214,6 +223,7 @@ def _limits(
         output_tokens=generous,
         total_tokens=generous,
         run_bytes=generous,
+        cost=cost,
     )
 
 
@@ -225,12 +235,13 @@ def _new_run(
     model_calls: int = 10**9,
     tool_calls: int = 10**9,
     per_tool_calls: int = 10**9,
+    cost: Decimal | None = None,
 ) -> RunContext:
     return RunContext.create(
         session_id="session-1",
         run_id="run-1",
         limits=_limits(
-            model_calls=model_calls, tool_calls=tool_calls, per_tool_calls=per_tool_calls
+            model_calls=model_calls, tool_calls=tool_calls, per_tool_calls=per_tool_calls, cost=cost
         ),
         deadline=Deadline.at_ns(LATE_NS),
         clock=ActorClock(scheduler, late),
@@ -900,4 +911,179 @@ def usage_race(*racers: str) -> Scenario:
         TOKENS_EXCEED,
         tuple(racers),
         lambda _scheduler, lock: UsageRace(lock, tuple(racers)),
+    )
+
+
+# -- money holds racing settles and the run's ending ----------------------------------------------
+
+
+def cents(amount: int) -> Decimal:
+    """``amount`` US cents as a ``Decimal`` of dollars: the races' money is whole cents."""
+    return Decimal(amount).scaleb(-2)
+
+
+PAID_TOOL: Final = "paid"
+
+
+@final
+class MoneyRace(Race):
+    """Paid Tool calls racing for one money limit, and perhaps the run's ending racing them.
+
+    Payer ``i`` reserves a call of the paid Tool holding ``hold`` cents, then settles it at
+    ``actuals[i]`` cents (below, at or above the hold); with ``watch`` it then reads a snapshot
+    (one scheduling point more); with ``ender`` one more actor cancels the run at any point.
+    Invariant: every snapshot shows settled + held within the limit, unless a settle's actual
+    above its hold took it past (the budget is then EXHAUSTED on ``COST``); at the end nothing
+    is held (every granted hold settled, even after the run ended), the money settled is the sum
+    of the granted calls' actuals, the Tool calls counted are the granted ones (a refused hold
+    reserves nothing); when every actual is the hold and nothing else ends the run, exactly
+    ``limit // hold`` calls (or every call) run; a refusal is the budget's, on ``COST``, or the
+    ending's.
+    """
+
+    __slots__ = (
+        "_actuals",
+        "_ctx",
+        "_ended",
+        "_ender",
+        "_granted",
+        "_hold",
+        "_limit",
+        "_refused",
+        "_seen",
+        "_watch",
+    )
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        lock: SchedLock,
+        actuals: tuple[int, ...],
+        *,
+        hold: int,
+        limit: int,
+        ender: bool,
+        watch: bool,
+    ) -> None:
+        self._actuals = actuals
+        self._hold = hold
+        self._limit = limit
+        self._ender = ender
+        self._watch = watch
+        self._ctx = _new_run(scheduler, lock, frozenset(), cost=cents(limit))
+        self._granted: list[int] = []  # the payers whose hold was granted
+        self._refused: list[RunTerminated] = []
+        self._seen: list[BudgetUsage] = []  # each payer's snapshot after its settle
+        self._ended: list[bool] = []  # what the one cancel() returned
+
+    def actors(self) -> list[Callable[[], object]]:
+        actors: list[Callable[[], object]] = [self._payer(i) for i in range(len(self._actuals))]
+        if self._ender:
+            actors.append(self._end)
+        return actors
+
+    def _payer(self, payer: int) -> Callable[[], None]:
+        def pay() -> None:
+            try:
+                hold = self._ctx.reserve_tool_call(PAID_TOOL, max_cost=cents(self._hold))
+            except RunTerminated as error:
+                self._refused.append(error)
+                return
+            self._granted.append(payer)
+            hold.settle(cost=cents(self._actuals[payer]))  # even once the run is over
+            if self._watch:  # one more scheduling point per payer: a snapshot between settles
+                self._seen.append(self._ctx.budget.snapshot())
+
+        return pay
+
+    def _end(self) -> None:
+        self._ended.append(self._ctx.cancellation.cancel(CancellationReason.USER_REQUESTED))
+
+    def verdict(self) -> str:
+        usage = self._ctx.budget.snapshot()
+        limit = self._limit * _CENT
+        over = any(self._actuals[i] > self._hold for i in self._granted)
+        for seen in (*self._seen, usage):
+            if seen.cost_units + seen.cost_held_units > limit and not (
+                over and seen.exhausted is BudgetDimension.COST
+            ):
+                raise InvariantViolation(
+                    f"settled + held past the limit ${cents(self._limit)}: {seen}"
+                )
+            if seen.cost_held_units < 0:
+                raise InvariantViolation(f"negative money held: {seen}")
+        settled = sum(self._actuals[i] for i in self._granted) * _CENT
+        if usage.cost_held_units != 0 or usage.cost_units != settled:
+            raise InvariantViolation(
+                f"every granted hold settled at its actual: held {usage.cost_held}, settled "
+                f"{usage.cost}, want ${cents(settled // _CENT)} of {self._granted}"
+            )
+        if usage.tool_calls != len(self._granted):
+            raise InvariantViolation(
+                f"counted {usage.tool_calls} calls, {len(self._granted)} granted"
+            )
+        termination = self._ctx.lifecycle.termination
+        ended = bool(self._ended) and self._ended[0]
+        exact = all(actual == self._hold for actual in self._actuals) and not ended
+        fits = min(len(self._actuals), self._limit // self._hold)
+        if exact and len(self._granted) != fits:
+            raise InvariantViolation(f"{len(self._granted)} calls ran, {fits} fit the money")
+        for error in self._refused:
+            if isinstance(error, BudgetExhausted) and error.dimension not in (
+                BudgetDimension.COST,
+                None,  # refused by a run the budget had ended already
+            ):
+                raise InvariantViolation(f"a paid call refused on {error.dimension}")
+            if error.termination is not termination:
+                raise InvariantViolation(
+                    f"a refusal carries {error.termination}, not {termination}"
+                )
+        budget_ended = termination is not None and termination.state is RunState.BUDGET_EXHAUSTED
+        if budget_ended and usage.exhausted is not BudgetDimension.COST:
+            raise InvariantViolation(f"the run ended on the budget, exhausted {usage.exhausted}")
+        state = "RUNNING" if termination is None else termination.state.name
+        on = "" if usage.exhausted is None else f" on {usage.exhausted.value}"  # names COST
+        return f"{len(self._granted)} ran, {state}{on}"
+
+
+_CENT: Final = 10_000_000_000
+"""Picodollars in a cent."""
+
+
+def money_race(
+    actuals: Sequence[int],
+    *,
+    hold: int,
+    limit: int,
+    ender: bool = False,
+    watch: bool = True,
+    name: str | None = None,
+) -> Scenario:
+    """Paid Tool calls holding ``hold`` cents each, settled at ``actuals`` cents, racing for a
+    ``limit`` of cents, and with ``ender`` a cancel racing them; with ``watch`` each payer
+    takes a snapshot after its settle (see :class:`MoneyRace`)."""
+    frozen = tuple(actuals)
+    names = tuple(f"pay {hold}c, settle {actual}c" for actual in frozen)
+    return _scenario(
+        name
+        or (
+            f"money[{' | '.join(map(str, frozen))}; hold {hold}, limit {limit}"
+            f"{' + cancel' if ender else ''}{'' if watch else ', unwatched'}]"
+        ),
+        PER_TOOL,
+        (*names, "cancel") if ender else names,
+        lambda scheduler, lock: MoneyRace(
+            scheduler, lock, frozen, hold=hold, limit=limit, ender=ender, watch=watch
+        ),
+    )
+
+
+def paid_tool_race(calls: int, *, price: int, limit: int) -> Scenario:
+    """``calls`` parallel calls of a paid Tool of ``price`` cents, each settled at its price,
+    under ``limit`` cents: exactly ``limit // price`` of them run (16 at 10c under $1.00: 10)."""
+    return money_race(
+        [price] * calls,
+        hold=price,
+        limit=limit,
+        name=f"paid tool[{calls} x {price}c, limit {limit}]",
     )

@@ -10,8 +10,11 @@ Promela model that Spin explores exhaustively for a fixed number of racing proce
 * cancellation callbacks (``promela/callbacks.pml``, hand-written: the protocol is code, not a
   table): the first signal takes every registered callback under the lock and runs them outside
   it; a late registration runs inline; ``unregister()`` removes only a callback not yet taken;
-* the budget reservation (``promela/budget.pml``, hand-written): check every limit and bump the
-  total and per-Tool counters in one locked step; a refusal reserves nothing and ends the run.
+* the budget reservation (``promela/budget.pml``, hand-written): check every limit, the money
+  included, and bump the total and per-Tool counters and the money held in one locked step; a
+  refusal reserves nothing and ends the run. Each granted call then settles its hold at an
+  actual below, at or above it, even after the run ended: only such a settle takes settled +
+  held past the money limit, and it exhausts the run.
 
 The run lock is a ``d_step``: one indivisible transition. Each model has a seeded-bug variant
 that breaks exactly that (a read outside the lock, a take outside the lock, check-then-act) and
@@ -53,6 +56,7 @@ if TYPE_CHECKING:
     from ._spec_scenarios import SpecScenario
 
 __all__ = [
+    "BUDGET_SEEDED_BUGS",
     "INSTALL_HINT",
     "PROFILES",
     "ModelResult",
@@ -62,6 +66,7 @@ __all__ = [
     "budget_limits",
     "build_models",
     "check_model",
+    "money_limit",
     "parse_pan_output",
     "render_budget",
     "render_callbacks",
@@ -80,6 +85,8 @@ CALLBACK_SIGNALLERS: Final = 2
 """Racers that end the run in the callbacks model; the other racers own one callback each."""
 BUDGET_TOOLS: Final = 2
 """Tools the reservers of the budget model choose between."""
+BUDGET_HOLD: Final = 2
+"""The worst case each reserver of the budget model holds; its actual is 0 to 3."""
 
 _PAN_MAX_DEPTH: Final = 1_000_000
 _TIMEOUT_SECONDS: Final = 1_800.0
@@ -305,9 +312,39 @@ def budget_limits(racers: int) -> tuple[int, int]:
     return racers - 2, max(1, (racers - 1) // 2)
 
 
-def render_budget(racers: int = 5, *, seeded_bug: bool = False) -> str:
-    """The budget reservation model: ``racers`` threads each reserve one call of some Tool."""
+def money_limit(racers: int) -> int:
+    """The money limit of the budget model for ``racers`` reservers, in units of money.
+
+    One unit more than ``BUDGET_HOLD`` times one call fewer than the Tool-call limit: with four
+    reservers or more, fewer holds fit than the Tool-call limit lets through, so a hold is
+    refused on money alone, and two settles above their holds pass it. (With 5 reservers: holds
+    of 2, a limit of 5, 3 Tool calls.)
+    """
+    tool_limit, _ = budget_limits(racers)
+    return BUDGET_HOLD * max(1, tool_limit - 1) + 1
+
+
+BUDGET_SEEDED_BUGS: Final[Mapping[str, int]] = MappingProxyType({"check_then_act": 1, "unheld": 2})
+"""The budget model's seeded bugs: the reservation checked in one locked step and written in
+the next (1); a hold checked against the money settled only, not settled + held (2)."""
+
+
+def render_budget(racers: int = 5, *, seeded_bug: bool | str = False) -> str:
+    """The budget reservation model: ``racers`` threads each reserve one call of some Tool,
+    holding a worst case of money, and settle it at an actual Spin picks, while one more process
+    ends the run on its own. ``seeded_bug``: ``True`` (or ``"check_then_act"``) or ``"unheld"``,
+    see :data:`BUDGET_SEEDED_BUGS`."""
     _check_racers(racers, 3, 64, "the budget model")
+    if seeded_bug is True:
+        bug = BUDGET_SEEDED_BUGS["check_then_act"]
+    elif seeded_bug is False:
+        bug = 0
+    elif seeded_bug in BUDGET_SEEDED_BUGS:
+        bug = BUDGET_SEEDED_BUGS[seeded_bug]
+    else:
+        raise ValueError(
+            f"seeded_bug must be a bool or one of {sorted(BUDGET_SEEDED_BUGS)}, got {seeded_bug!r}"
+        )
     tool_limit, per_tool_limit = budget_limits(racers)
     tools = range(BUDGET_TOOLS)
     return _template("budget.pml").substitute(
@@ -315,9 +352,12 @@ def render_budget(racers: int = 5, *, seeded_bug: bool = False) -> str:
         tools=BUDGET_TOOLS,
         tool_limit=tool_limit,
         per_tool_limit=per_tool_limit,
-        seeded_bug=int(seeded_bug),
+        hold=BUDGET_HOLD,
+        cost_limit=money_limit(racers),
+        seeded_bug=bug,
         all_per_tool_within=_conjunction("per_tool[{i}] <= PER_TOOL_LIMIT", tools),
         sum_per_tool=" + ".join(f"per_tool[{i}]" for i in tools),
+        sum_holding=" + ".join(f"holding[{i}]" for i in range(racers)),
         all_frozen_after_end=_conjunction(
             "(live || tool_calls != {i} || [] (tool_calls == {i}))", range(racers + 1)
         ),
@@ -357,7 +397,7 @@ def build_models(racers: int) -> tuple[SpinModel, ...]:
             "budget",
             racers,
             render_budget(racers),
-            ("within_limits", "consistent", "nothing_after_end"),
+            ("within_limits", "money_within", "consistent", "nothing_after_end", "all_settled"),
         ),
         SpinModel(
             "budget_seeded_bug",
@@ -365,6 +405,20 @@ def build_models(racers: int) -> tuple[SpinModel, ...]:
             render_budget(racers, seeded_bug=True),
             ("within_limits", "nothing_after_end"),
             expected_violation=True,
+        ),
+        # With 3 reservers the Tool-call limit (1) admits one hold: no two holds race for money.
+        *(
+            ()
+            if racers < 4
+            else (
+                SpinModel(
+                    "budget_unheld_seeded_bug",
+                    racers,
+                    render_budget(racers, seeded_bug="unheld"),
+                    ("within_limits", "money_within"),
+                    expected_violation=True,
+                ),
+            )
         ),
     )
 
@@ -549,6 +603,7 @@ SCENARIOS_OF_MODEL: Final[Mapping[str, tuple[SpecScenario, ...]]] = MappingProxy
         "terminal_cas": (SUCCESS_WINS, BUDGET_WINS),
         "callbacks": (CLIENT_DISCONNECTS,),
         "budget": (PER_TOOL,),
+        "budget_unheld": (PER_TOOL,),
     }
 )
 """The spec scenarios each model's properties exercise (a seeded-bug variant, the same)."""

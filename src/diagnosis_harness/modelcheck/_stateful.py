@@ -49,6 +49,7 @@ from hypothesis.stateful import (
 
 from .. import Boundary, BudgetLimits, CancellationReason, FailureKind, RunState
 from .._failure import TECHNICAL
+from ..pricing import from_units
 from ._counterexample import Counterexample
 from ._disagreement import Disagreement
 from ._models import LiveModels, ModelTiming
@@ -298,6 +299,10 @@ class RunMachine(_ProbeMachine):
             total_tokens=80,
             run_bytes=64,
             per_tool_overrides={"fetch": 1},
+            # Model calls hold 5 picodollars, Tool calls 2, settles record 0 to 9: two Model
+            # calls and two Tool calls fit; a third Model call is refused on COST, a settle
+            # above its hold passes the limit.
+            cost=from_units(14),
         ),
         deadline_ns=10 * _NS,
         policies=policies_with_thrice(),
@@ -395,6 +400,7 @@ class BudgetMachine(_ProbeMachine):
             total_tokens=240,
             run_bytes=96,
             per_tool_overrides={"fetch": 1, "grep": 4},
+            cost=from_units(24),  # 5 per Model call, 2 per Tool call: fewer than the counters
         ),
         deadline_ns=3_600 * _NS,
         policies=policies_with_thrice(),
