@@ -255,7 +255,7 @@ class RunProbe:
 
     def reserve_model(self) -> RunTerminated | None:
         """``ctx.reserve_model_call()``; returns what it raised."""
-        max_cost = PROBE_HOLD if self.config.holds_money else None
+        max_cost = PROBE_HOLD
         self._note("reserve_model", f"reserve_model_call(max_cost={max_cost})")
         expected = self.prediction.reserve_model()
         got = self._call(lambda: self._holds.append(self.ctx.reserve_model_call(max_cost=max_cost)))
@@ -308,8 +308,6 @@ class RunProbe:
         every hold is settled): recorded even past a limit, even after the run ended."""
         if not self._holds:
             return
-        if not self.config.holds_money:
-            cost_units = 0  # a store that holds no money settles tokens only
         what = f"hold.settle(cost={cost_units} units, {input_tokens}, {output_tokens})"
         self._note("record_usage", what)  # to the spec, a settle reports a call's usage
         self.prediction.settle(input_tokens, output_tokens, cost_units)

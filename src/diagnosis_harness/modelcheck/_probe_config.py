@@ -38,12 +38,6 @@ class ProbeConfig:
     callbacks: int = 0  # callbacks registered when the run is created
     store: RunStore | None = None  # where the run lives; None: in this process (LocalRun)
 
-    @property
-    def holds_money(self) -> bool:
-        """Whether the run's owner holds money: every store does (a ``RedisRunStore`` in its
-        functions), so the probe's Model calls hold ``max_cost`` and settle costs everywhere."""
-        return True
-
     def new_run(self, clock: ManualClock) -> RunContext:
         """The run this configuration describes, on ``clock``."""
         return RunContext.create(

@@ -222,7 +222,7 @@ class Prediction:
     def tool_hold_units(self) -> int:
         """What a Tool call holds: ``PROBE_TOOL_HOLD_UNITS`` under a money limit, else nothing."""
         limited = self.cost_limit_units is not None
-        return PROBE_TOOL_HOLD_UNITS if self.config.holds_money and limited else 0
+        return PROBE_TOOL_HOLD_UNITS if limited else 0
 
     # -- reservations and usage --------------------------------------------------------------------
 
@@ -233,7 +233,7 @@ class Prediction:
             return expected
         if self.ref.model_calls >= self.config.limits.model_calls:
             return self._refuse_budget(BudgetEvent.RESERVE, BudgetDimension.MODEL_CALLS)
-        hold = PROBE_HOLD_UNITS if self.config.holds_money else 0
+        hold = PROBE_HOLD_UNITS
         if self._money_refuses(hold):
             return self._refuse_budget(BudgetEvent.RESERVE, BudgetDimension.COST)
         self._grant()
