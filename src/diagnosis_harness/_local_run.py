@@ -264,7 +264,7 @@ class LocalRun:
                 dimension = BudgetDimension.COST
                 detail = self._cost_refused_locked(floor)
             pending = self._refuse_locked(Boundary.MODEL, dimension, detail, now_ns)
-        self._refuse(Boundary.MODEL, pending)
+        return self._refuse(Boundary.MODEL, pending)  # raises: the run has ended
 
     def reserve_tool_call(self, tool: str, now_ns: int, hold: int = 0) -> None:
         limits = self._limits

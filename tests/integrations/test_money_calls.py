@@ -808,6 +808,7 @@ def test_max_tokens_is_lowered_to_exactly_the_most_the_limit_pays_for(
     if sent == wanted:  # the request's whole worst case was held
         assert reservation.held == held(sent) <= limit
     else:  # the run held all the money left, in the one decision, and the call is sized to it
+        assert reservation.held is not None
         assert held(sent) <= reservation.held == limit < held(sent + 1)
     assert reservation.lowered is (sent < wanted)
 
