@@ -29,8 +29,9 @@ every adapter:
   before anything is reserved or sent), and the request's worst case
   (:meth:`~diagnosis_harness.pricing.ModelPrice.worst_case`) is held in the same decision as the
   Model call. A request without ``max_tokens`` is given ``default_max_tokens``; when the money
-  left (limit - settled - held) cannot pay for the worst case, ``max_tokens`` is lowered to the
-  most it can pay for (at least 1), and the reservation says so (:attr:`ModelReservation.lowered`);
+  left (limit - settled - held) cannot pay for the worst case, the run holds what is left (at
+  least one output token's worst case) in that same decision, ``max_tokens`` is lowered to the
+  most the hold pays for, and the reservation says so (:attr:`ModelReservation.lowered`);
 - the settlement, in :meth:`ModelReservation._settle`, through which every record goes: the
   actual usage priced exactly, settled on the hold with its tokens. A stream cut before any
   usage was received is not settled: its hold stays charged at the worst case (the provider may
@@ -256,10 +257,11 @@ class ModelCharge:
 
     ``price_data`` names the prices' data (``GenaiPrices.data_version``; ``None`` for prices that
     give none, as a ``PriceTable``). ``max_tokens`` is what the request was sent with (``None``:
-    nothing was added), ``lowered`` whether the money left lowered it. ``held`` is the worst case
-    held; ``cost`` the actual cost settled (zero for a request released unbilled), ``None`` while
-    the hold stays charged (not answered yet, or never: a cut stream without usage, a request
-    that may have been billed).
+    nothing was added), ``lowered`` whether the money left lowered it. ``held`` is what was held:
+    the worst case, or when lowered the money that was left (at least the worst case of the
+    ``max_tokens`` sent, less than that of one token more); ``cost`` the actual cost settled
+    (zero for a request released unbilled), ``None`` while the hold stays charged (not answered
+    yet, or never: a cut stream without usage, a request that may have been billed).
     """
 
     name: str
@@ -485,7 +487,8 @@ class ModelReservation:
 
     @property
     def held(self) -> Decimal | None:
-        """The worst case held for this attempt (US dollars); ``None`` when it is not priced."""
+        """What was held for this attempt (US dollars): its worst case, or the money left when
+        lowered (see :class:`ModelCharge`); ``None`` when it is not priced."""
         return None if self._hold is None else self._hold.max_cost
 
     @property
