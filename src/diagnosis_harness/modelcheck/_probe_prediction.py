@@ -203,16 +203,28 @@ class Prediction:
 
     # -- reservations and usage --------------------------------------------------------------------
 
-    def reserve_model(self) -> type[RunTerminated] | None:
-        """Predict ``reserve_model_call()``: None if granted, else the error it raises."""
+    def reserve_model(self, least: int | None = None) -> type[RunTerminated] | None:
+        """Predict ``reserve_model_call()``: None if granted, else the error it raises.
+
+        ``least`` (units): a partial hold (``min_cost``) of the probe's hold: under a money limit
+        as much of it as the money left pays for, refused on ``COST`` only below ``least``;
+        without one, the whole hold. The amount granted is the reference's newest hold."""
         expected = self.gate()
         if expected is not None:
             return expected
-        if self.ref.model_calls >= self.config.limits.model_calls:
+        ref, limits = self.ref, self.config.limits
+        if ref.model_calls >= limits.model_calls:
             return self._refuse_budget(BudgetEvent.RESERVE, BudgetDimension.MODEL_CALLS)
+        hold = PROBE_HOLD_UNITS if self.config.holds_money else 0
+        granted = hold
+        if limits.cost is not None:
+            room = to_units(limits.cost) - ref.cost_settled - sum(ref.holds)
+            granted = min(hold, room)
+            if granted < (hold if least is None else least):
+                return self._refuse_budget(BudgetEvent.RESERVE, BudgetDimension.COST)
         self._grant()
-        self.ref.model_calls += 1
-        self.ref.holds.append(PROBE_HOLD_UNITS if self.config.holds_money else 0)
+        ref.model_calls += 1
+        ref.holds.append(granted)
         return None
 
     def reserve_tool(self, tool: str) -> type[RunTerminated] | None:
