@@ -90,11 +90,16 @@ class RunBackend(CancellationOwner, Protocol):
         """Pass while live; else end the run ``TIMED_OUT`` if it is live and past the deadline,
         and raise the run's ``RunTerminated``."""
 
-    def reserve_model_call(self, now_ns: int, hold: int = 0) -> None:
-        """One Model call and its money ``hold`` (picodollars, ``max_cost`` rounded up), all or
-        nothing: a hold that would take settled + held past the money limit is refused
-        (``COST``). Called without ``hold`` when the caller gave no ``max_cost``; a store that
-        holds no money refuses a ``hold`` with ValueError before anything is reserved."""
+    def reserve_model_call(self, now_ns: int, hold: int = 0, least: int | None = None) -> int:
+        """One Model call and its money hold (picodollars, rounded up), in one decision; return
+        the hold granted.
+
+        ``least`` ``None``: all or nothing -- ``hold`` whole, refused (``COST``) when it would
+        take settled + held past the money limit. ``least`` (<= ``hold``): as much of ``hold`` as
+        the money left pays for, refused only when not even ``least`` fits; the money left is
+        read and held in the same decision, so a hold from elsewhere cannot land in between.
+        Without a money limit ``hold`` is granted whole. Called without ``hold`` when the caller
+        gave no ``max_cost``."""
 
     def reserve_tool_call(self, tool: str, now_ns: int, hold: int = 0) -> None:
         """One call of ``tool`` and its money ``hold``: the total, the Tool's own counter and the

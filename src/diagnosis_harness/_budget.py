@@ -145,7 +145,8 @@ class CallHold:
     @property
     def max_cost(self) -> Decimal:
         """The amount held, in US dollars: the reservation's ``max_cost`` (rounded up to a
-        picodollar), zero when it gave none."""
+        picodollar), or the part of it granted when the reservation gave ``min_cost``; zero when
+        it gave none."""
         from ._money import dollars  # noqa: PLC0415 - lazily: it loads decimal
 
         return dollars(self._hold)

@@ -260,7 +260,9 @@ class RunContext:
             raise TypeError(f"boundary must be a Boundary, got {boundary!r}")
         self._owner.check(boundary, self.clock.monotonic_ns())
 
-    def reserve_model_call(self, *, max_cost: Decimal | None = None) -> CallHold:
+    def reserve_model_call(
+        self, *, max_cost: Decimal | None = None, min_cost: Decimal | None = None
+    ) -> CallHold:
         """Check the MODEL boundary and reserve one Model call and its ``max_cost``, in one
         decision; return the call's :class:`CallHold`, to settle with the actual cost.
 
@@ -268,17 +270,37 @@ class RunContext:
         the money limit (``BudgetLimits.cost``): refused, with nothing reserved, when settled +
         held + ``max_cost`` would pass it (``BudgetExhausted`` on ``COST``). With a money limit it
         is required (ValueError, nothing reserved); without one it is optional, and tracked.
+
+        ``min_cost`` (a ``Decimal`` <= ``max_cost``; only with ``max_cost``) makes the hold
+        partial: the run holds as much of ``max_cost`` as the money left pays for, but at least
+        ``min_cost``, reading the money left and holding it in the same decision; refused on
+        ``COST`` only when not even ``min_cost`` fits. The hold's ``max_cost`` is what was held
+        (all of ``max_cost`` without a money limit): a caller sizes its call to it.
         """
         owner = self._owner
         clock = self.clock
         if max_cost is None:
+            if min_cost is not None:  # nothing is reserved
+                raise ValueError(
+                    "min_cost needs max_cost: give the call's worst case as max_cost=Decimal(...) "
+                    f"and the least it can be made with as min_cost, got min_cost={min_cost!r}"
+                )
             if self._priced:  # nothing is reserved
                 raise ValueError(_MAX_COST_REQUIRED.format(call="reserve_model_call()"))
             owner.reserve_model_call(clock.monotonic_ns())
             return granted_hold(owner, clock, None, 0)
         hold = money_units("max_cost", max_cost)
-        owner.reserve_model_call(clock.monotonic_ns(), hold)
-        return granted_hold(owner, clock, None, hold)
+        if min_cost is None:
+            held = owner.reserve_model_call(clock.monotonic_ns(), hold)
+            return granted_hold(owner, clock, None, held)
+        least = money_units("min_cost", min_cost)
+        if least > hold:  # nothing is reserved
+            raise ValueError(
+                f"min_cost must be at most max_cost, got min_cost={min_cost!r} and "
+                f"max_cost={max_cost!r}"
+            )
+        held = owner.reserve_model_call(clock.monotonic_ns(), hold, least)
+        return granted_hold(owner, clock, None, held)
 
     def reserve_tool_call(self, tool: str, *, max_cost: Decimal | None = None) -> CallHold:
         """Check the TOOL boundary and reserve one call of ``tool`` (total and per Tool) and its

@@ -227,19 +227,26 @@ class LocalRun:
     # limit reached, a run that is over, an EXHAUSTED budget -- is decided by the refusal path,
     # under the same lock.
 
-    def reserve_model_call(self, now_ns: int, hold: int = 0) -> None:
+    def reserve_model_call(self, now_ns: int, hold: int = 0, least: int | None = None) -> int:
         limit = self._limits.model_calls
         cost_limit = self._cost_limit
         grant = _GRANT
+        floor = hold if least is None else least
         with self._lock:
             used = self._model_calls
+            # What the money left pays of ``hold``: all of it without a money limit, else as much
+            # as fits, granted only if at least ``floor`` does -- read and held in this one
+            # decision, so no hold from elsewhere lands between the read and the hold.
+            if cost_limit is None:
+                granted = hold
+            else:
+                room = cost_limit - self._cost_settled - self._cost_held
+                granted = hold if hold <= room else room
             if (
                 self._termination is None
                 and now_ns < self._deadline_ns
                 and used < limit
-                and (
-                    cost_limit is None or self._cost_settled + self._cost_held + hold <= cost_limit
-                )
+                and granted >= floor
                 and self._budget_state is grant.source
             ):
                 if _checkpoint.scheduler is not None:  # between the checks and the writes
@@ -247,17 +254,17 @@ class LocalRun:
                 self._budget_state = grant.target
                 # The call and its hold move together, after every check: all or nothing.
                 self._model_calls = used + 1
-                if hold:  # a hold of 0 writes nothing
-                    self._cost_held += hold
-                return
+                if granted:  # a hold of 0 writes nothing
+                    self._cost_held += granted
+                return granted
             if used >= limit or cost_limit is None:  # else the money limit refused the hold
                 dimension = BudgetDimension.MODEL_CALLS
                 detail = MODEL_CALLS_REFUSED.format(limit=limit, call=used + 1)
             else:
                 dimension = BudgetDimension.COST
-                detail = self._cost_refused_locked(hold)
+                detail = self._cost_refused_locked(floor)
             pending = self._refuse_locked(Boundary.MODEL, dimension, detail, now_ns)
-        self._refuse(Boundary.MODEL, pending)
+        return self._refuse(Boundary.MODEL, pending)  # raises: the run has ended
 
     def reserve_tool_call(self, tool: str, now_ns: int, hold: int = 0) -> None:
         limits = self._limits

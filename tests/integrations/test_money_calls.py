@@ -10,6 +10,7 @@ settled + held pass the limit.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 import threading
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from diagnosis_harness import (
     HarnessRetryExecutor,
     RunCancelled,
     RunContext,
+    RunState,
     RunTerminated,
 )
 from diagnosis_harness.integrations import (
@@ -268,8 +270,13 @@ def test_max_tokens_is_lowered_to_what_the_money_left_can_pay_for(
     assert body[flavour.max_tokens_key] == affordable  # the provider saw the lowered limit
     (charge,) = governed.charges
     assert (charge.max_tokens, charge.lowered) == (affordable, True)
-    assert in_flight == [(D(0), _worst(flavour.price, flavour.params, affordable))]
-    assert in_flight[0][1] <= limit
+    # The run held what the money left paid for, in the reservation's one decision: the sent
+    # max_tokens is the most whose worst case fits that hold.
+    ((settled, held),) = in_flight
+    assert settled == D(0)
+    worst = _worst(flavour.price, flavour.params, affordable)
+    assert worst <= held < _worst(flavour.price, flavour.params, affordable + 1)
+    assert held <= limit
     assert _money(ctx) == (flavour.price.cost(input_tokens=12, output_tokens=5), D(0))
 
 
@@ -588,6 +595,69 @@ def test_racing_calls_never_pass_the_money_limit(loopback: LoopbackServer) -> No
     assert settled + held <= limit
 
 
+class _HoldElsewhereOnTheClock:
+    """A run's clock that, once armed for a thread, makes a Tool call's hold land from another
+    thread the first time the armed thread reads it, and lets the armed thread on only when that
+    hold is placed. A priced model call reads the clock only in its reservation: after the money
+    left could have been read, before (or at) the decision that holds it -- where a hold from
+    elsewhere on the run (a Tool call, another adapter, another process) lands in a race."""
+
+    def __init__(self, tool_cost: Decimal) -> None:
+        self.ctx: RunContext | None = None
+        self.tool_holds: list[Decimal] = []
+        self._tool_cost = tool_cost
+        self._armed: int | None = None
+
+    def arm(self) -> None:
+        self._armed = threading.get_ident()
+
+    def monotonic_ns(self) -> int:
+        if self._armed == threading.get_ident():
+            self._armed = None
+            placed = threading.Barrier(2)
+            holder = threading.Thread(target=self._hold, args=(placed,))
+            holder.start()
+            placed.wait(30)  # the Tool call's hold is placed: the model call goes on
+            holder.join(30)
+        return 0
+
+    def _hold(self, placed: threading.Barrier) -> None:
+        assert self.ctx is not None
+        try:
+            hold = self.ctx.reserve_tool_call("search", max_cost=self._tool_cost)
+            self.tool_holds.append(hold.max_cost)
+        finally:
+            placed.wait(30)
+
+
+def test_a_tool_hold_racing_a_lowered_model_call_never_ends_the_run() -> None:
+    """The model call wants 100 output tokens ($1.00 at $0.01 each) of a $1.00 run; a Tool call
+    holds $0.50 from another thread in the middle of the model call's reservation. The run holds
+    what is left, $0.50, in the reservation's one decision, and the call is lowered to the 50
+    tokens it pays for: a read of the money left apart from the hold would have sized the call
+    to $1.00 and the core would have refused it on COST, ending the run."""
+    price = ModelPrice(input_per_mtok=D("1000"), output_per_mtok=D("10000"))
+    clock = _HoldElsewhereOnTheClock(tool_cost=D("0.50"))
+    ctx = RunContext.create(
+        session_id="s-1",
+        run_id="r-1",
+        limits=dataclasses.replace(_run().budget.limits, cost=D("1.00")),
+        timeout=600,
+        clock=clock,
+    )
+    clock.ctx = ctx
+    model_call = ModelCall(ctx, policy=None, prices=PriceTable({"m": price}))
+    clock.arm()
+    reservation = model_call.reserve("call", ModelRequest("m", 0, 100))
+    assert clock.tool_holds == [D("0.5")]  # the Tool call's hold landed in between
+    assert ctx.lifecycle.state is RunState.RUNNING
+    assert (reservation.max_tokens, reservation.lowered) == (50, True)
+    assert reservation.held == D("0.5")
+    assert _money(ctx) == (D(0), D("1.00"))
+    usage = ctx.budget.snapshot()
+    assert (usage.model_calls, usage.tool_calls) == (1, 1)
+
+
 # -- a sync worker's late answer and its caller's release: one settlement ------------------------
 
 
@@ -716,7 +786,8 @@ def test_max_tokens_is_lowered_to_exactly_the_most_the_limit_pays_for(
     input_price: Decimal, output_price: Decimal, bound: int, wanted: int, limit: Decimal
 ) -> None:
     """The hold of the tokens sent fits the limit, and one token more would not (or the request's
-    own max_tokens is sent); when not even one fits, the core refuses the reservation."""
+    own max_tokens is sent); when not even one fits, the core refuses the reservation. A lowered
+    call holds the money left, granted in one decision, and is sized to it."""
     price = ModelPrice(input_per_mtok=input_price, output_per_mtok=output_price)
     ctx = _run(limit)
     model_call = ModelCall(ctx, policy=None, prices=PriceTable({"m": price}))
@@ -734,8 +805,11 @@ def test_max_tokens_is_lowered_to_exactly_the_most_the_limit_pays_for(
     sent = reservation.max_tokens
     assert sent is not None
     assert 1 <= sent <= wanted
-    assert reservation.held == held(sent) <= limit
-    assert sent == wanted or held(sent + 1) > limit
+    if sent == wanted:  # the request's whole worst case was held
+        assert reservation.held == held(sent) <= limit
+    else:  # the run held all the money left, in the one decision, and the call is sized to it
+        assert reservation.held is not None
+        assert held(sent) <= reservation.held == limit < held(sent + 1)
     assert reservation.lowered is (sent < wanted)
 
 

@@ -14,9 +14,11 @@ Measured:
   ``UsageLimitExceeded`` with **$1.20 spent** -- $0.20 past its limit, paid for.
 - ``HarnessCapability(ctx, prices=GenaiPrices())`` with ``BudgetLimits(cost=Decimal("1.00"))``
   holds each request's worst case before it is sent: settled + held, read by the provider as
-  each request arrives, was $0.402155, $0.806965 and $0.9999925 -- never above $1.00. The third
-  request went out with ``max_tokens`` lowered from 40,000 to 18,940 (what the $0.20 left could
-  pay for, its input bound included), cost $0.1895, and the fourth was refused before it was
+  each request arrives, was $0.402155, $0.806965 and $1.00 -- never above $1.00. The third
+  request held the $0.20 left (the run holds as much of the worst case as the money left pays
+  for, in the reservation's one decision) and went out with ``max_tokens`` lowered from 40,000 to
+  18,940 (the most whose worst case, its input bound included, fits the $0.20 held; $0.1999925),
+  cost $0.1895, and the fourth was refused before it was
   sent: the run ends ``BUDGET_EXHAUSTED`` on ``COST`` with **$0.9895 spent**, nothing held.
   (The exact figures follow from the bytes of pydantic-ai's messages, which bound the input;
   the assertions pin what does not depend on them.)

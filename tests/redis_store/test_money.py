@@ -12,6 +12,7 @@ picodollars, $9,007.199254740992, or more) is refused before anything is written
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 import uuid
 from decimal import Decimal
@@ -154,7 +155,40 @@ def _bad_input(ctx: RunContext) -> None:
             _RAISED.append(f"{type(error).__name__}: {error}")
 
 
+def _partial_holds(ctx: RunContext) -> None:
+    _HELD.append(ctx.reserve_model_call(max_cost=D("0.40"), min_cost=D("0.10")).max_cost)
+    ctx.reserve_tool_call("search", max_cost=D("0.45"))
+    held = ctx.reserve_model_call(max_cost=D("0.50"), min_cost=D("0.05"))  # $0.15 left
+    _HELD.append(held.max_cost)
+    held.settle(cost=D("0.02"), input_tokens=4, output_tokens=1)
+    _HELD.append(ctx.reserve_model_call(max_cost=D("0.50"), min_cost=D("0.13")).max_cost)
+
+
+def _partial_hold_refused(ctx: RunContext) -> None:
+    ctx.reserve_tool_call("search", max_cost=D("0.95"))
+    ctx.reserve_model_call(max_cost=D("0.50"), min_cost=D("0.10"))
+
+
+def _partial_hold_without_a_limit(ctx: RunContext) -> None:
+    _HELD.append(ctx.reserve_model_call(max_cost=D("50"), min_cost=D("0.01")).max_cost)
+
+
+def _partial_bad_input(ctx: RunContext) -> None:
+    steps: list[Callable[[], object]] = [
+        lambda: ctx.reserve_model_call(max_cost=D("0.10"), min_cost=D("0.20")),
+        lambda: ctx.reserve_model_call(min_cost=D("0.10")),
+        lambda: ctx.reserve_model_call(max_cost=D("0.10"), min_cost=0.05),  # type: ignore[arg-type]  # the bad input
+        lambda: ctx.reserve_model_call(max_cost=D("0.10"), min_cost=D("-0.01")),
+    ]
+    for step in steps:
+        try:
+            step()
+        except (TypeError, ValueError) as error:
+            _RAISED.append(f"{type(error).__name__}: {error}")
+
+
 _RAISED: list[str] = []  # what _bad_input's steps raised, read by _outcome
+_HELD: list[Decimal] = []  # what the partial holds held, read by _outcome
 
 SCENARIOS: dict[str, tuple[Decimal | None, Callable[[RunContext], None]]] = {
     "within": (D("1.00"), _within),
@@ -170,12 +204,17 @@ SCENARIOS: dict[str, tuple[Decimal | None, Callable[[RunContext], None]]] = {
     "the-largest-limit": (LARGEST, _the_largest_limit),
     "no-money-limit": (None, _within),
     "bad-input": (D("1.00"), _bad_input),
+    "partial-holds": (D("1.00"), _partial_holds),
+    "partial-hold-refused": (D("1.00"), _partial_hold_refused),
+    "partial-hold-without-a-limit": (None, _partial_hold_without_a_limit),
+    "partial-bad-input": (D("1.00"), _partial_bad_input),
 }
 
 
 def _outcome(ctx: RunContext, scenario: Callable[[RunContext], None]) -> tuple[Any, ...]:
     """Everything a user reads after ``scenario``: what it raised, the counters, the ending."""
     _RAISED.clear()
+    _HELD.clear()
     try:
         scenario(ctx)
         raised = None
@@ -195,6 +234,7 @@ def _outcome(ctx: RunContext, scenario: Callable[[RunContext], None]) -> tuple[A
         (usage.input_tokens, usage.output_tokens, usage.exhausted),
         (ctx.budget.state, ctx.budget.exhausted),
         ending,
+        list(_HELD),
     )
 
 
@@ -231,6 +271,22 @@ def test_the_scenarios_reach_what_they_are_named_for(store: RedisRunStore) -> No
     bad = _outcome(_money_run(store, D("1.00"), "r5"), _bad_input)
     assert len(bad[1]) == 7  # every bad step refused; the one good settle recorded
     assert bad[2][:2] == (D("0.1"), D(0))
+    partial = _outcome(_money_run(store, D("1.00"), "r6"), _partial_holds)
+    assert partial[7] == [D("0.4"), D("0.15"), D("0.13")]  # as much as fitted, at least min_cost
+    assert partial[2][:2] == (D("0.02"), D("0.98"))
+    assert partial[6] is None  # no partial hold ended the run
+    short = _outcome(_money_run(store, D("1.00"), "r7"), _partial_hold_refused)
+    assert short[0][2] is BudgetDimension.COST
+    assert short[6][1] == (
+        "cost limit $1 would be passed: a hold of $0.1 refused ($0 settled, $0.95 held)"
+    )
+    assert short[3][0] == 0  # the Model call refused with its hold
+    unlimited = _outcome(_money_run(store, None, "r8"), _partial_hold_without_a_limit)
+    assert unlimited[7] == [D("50")]
+    bad_partial = _outcome(_money_run(store, D("1.00"), "r9"), _partial_bad_input)
+    assert len(bad_partial[1]) == 4
+    assert all("min_cost" in raised for raised in bad_partial[1])
+    assert bad_partial[3][0] == 0
 
 
 # -- the limit in the store -----------------------------------------------------------------------
@@ -345,6 +401,70 @@ def test_a_settle_the_store_does_not_answer_raises_and_is_applied_once_when_retr
     usage = ctx.budget.snapshot()
     assert (usage.cost, usage.cost_held) == (D("0.2"), D(0))
     assert (usage.input_tokens, usage.output_tokens) == (4, 2)
+    store.close()
+    client.close()
+
+
+def test_racing_partial_holds_on_redis_hold_exactly_the_money_there_is(
+    store: RedisRunStore,
+) -> None:
+    """Eight threads each ask $0.30, down to $0.05, of $1.00 at once, each holding in the
+    store's one decision: three get $0.30, one the $0.10 left, the rest are refused on COST."""
+    ctx = RunContext.create(
+        session_id="session-1",
+        run_id=uuid.uuid4().hex,
+        limits=dataclasses.replace(MONEY, model_calls=100),
+        deadline=Deadline.at_ns(10 * _NS),
+        clock=ManualClock(),
+        store=store,
+    )
+    barrier = threading.Barrier(8)
+    held: list[Decimal] = []
+    refused: list[BudgetDimension | None] = []
+    lock = threading.Lock()
+
+    def call() -> None:
+        barrier.wait(30)
+        try:
+            hold = ctx.reserve_model_call(max_cost=D("0.30"), min_cost=D("0.05"))
+        except RunTerminated as error:
+            with lock:
+                refused.append(error.dimension if isinstance(error, BudgetExhausted) else None)
+            return
+        with lock:
+            held.append(hold.max_cost)
+
+    threads = [threading.Thread(target=call) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(held) == [D("0.1"), D("0.3"), D("0.3"), D("0.3")]
+    assert refused == [BudgetDimension.COST] * 4
+    usage = ctx.budget.snapshot()
+    assert (usage.model_calls, usage.cost_held) == (4, D("1.00"))
+
+
+def test_a_partial_hold_the_store_did_not_answer_is_answered_the_same_when_sent_again(
+    paused: RedisServer,
+) -> None:
+    """The store ran the partial hold once it went on, but its answer was lost; sent again with
+    the same arguments, the function answers the amount it held then, even though the money left
+    has changed since, and the call and its hold are counted once."""
+    client = redis.Redis(host="127.0.0.1", port=paused.port, socket_timeout=0.3)
+    store = RedisRunStore(client, namespace="money-partial-stall")
+    ctx = _money_run(store, D("1.00"), uuid.uuid4().hex)
+    ctx.reserve_tool_call("search", max_cost=D("0.70"))
+    paused.pause()
+    with pytest.raises(RunStoreUnavailable):
+        ctx.reserve_model_call(max_cost=D("0.50"), min_cost=D("0.10"))
+    paused.resume()
+    assert ctx.budget.snapshot().cost_held == D("1.00")  # the server held the $0.30 left
+    hold = ctx.reserve_model_call(max_cost=D("0.50"), min_cost=D("0.10"))
+    assert hold.max_cost == D("0.3")  # what it held then: nothing is left now
+    usage = ctx.budget.snapshot()
+    assert (usage.model_calls, usage.cost_held) == (1, D("1.00"))
+    assert ctx.lifecycle.state is RunState.RUNNING
     store.close()
     client.close()
 

@@ -33,6 +33,7 @@ from diagnosis_harness.redis._protocol import (
     ANSWERS,
     Capacity,
     Created,
+    Held,
     Passed,
     ProtocolError,
     Snapshot,
@@ -144,6 +145,8 @@ def _every_answer(calls: _Calls) -> None:
         ending = calls.run(f"ends-at-{function}")
         assert calls(function, ending, *args) == Passed("ok")
         assert calls(function, ending, *args)[:2] == ("ended_now", RunState.BUDGET_EXHAUSTED)
+    # A partial hold (a least hold sent) answers the amount held: all of it, with no money limit.
+    assert calls("reserve_model_call", calls.run("run-7"), 5, 3) == Held("held", 5)
     over = calls("record_token_usage", calls.run("run-2"), 11, 0)
     assert isinstance(over, Status)
     assert (over.code, over.exhausted) == ("ended_now", BudgetDimension.INPUT_TOKENS)

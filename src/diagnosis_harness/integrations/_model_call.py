@@ -29,8 +29,9 @@ every adapter:
   before anything is reserved or sent), and the request's worst case
   (:meth:`~diagnosis_harness.pricing.ModelPrice.worst_case`) is held in the same decision as the
   Model call. A request without ``max_tokens`` is given ``default_max_tokens``; when the money
-  left (limit - settled - held) cannot pay for the worst case, ``max_tokens`` is lowered to the
-  most it can pay for (at least 1), and the reservation says so (:attr:`ModelReservation.lowered`);
+  left (limit - settled - held) cannot pay for the worst case, the run holds what is left (at
+  least one output token's worst case) in that same decision, ``max_tokens`` is lowered to the
+  most the hold pays for, and the reservation says so (:attr:`ModelReservation.lowered`);
 - the settlement, in :meth:`ModelReservation._settle`, through which every record goes: the
   actual usage priced exactly, settled on the hold with its tokens. A stream cut before any
   usage was received is not settled: its hold stays charged at the worst case (the provider may
@@ -256,10 +257,11 @@ class ModelCharge:
 
     ``price_data`` names the prices' data (``GenaiPrices.data_version``; ``None`` for prices that
     give none, as a ``PriceTable``). ``max_tokens`` is what the request was sent with (``None``:
-    nothing was added), ``lowered`` whether the money left lowered it. ``held`` is the worst case
-    held; ``cost`` the actual cost settled (zero for a request released unbilled), ``None`` while
-    the hold stays charged (not answered yet, or never: a cut stream without usage, a request
-    that may have been billed).
+    nothing was added), ``lowered`` whether the money left lowered it. ``held`` is what was held:
+    the worst case, or when lowered the money that was left (at least the worst case of the
+    ``max_tokens`` sent, less than that of one token more); ``cost`` the actual cost settled
+    (zero for a request released unbilled), ``None`` while the hold stays charged (not answered
+    yet, or never: a cut stream without usage, a request that may have been billed).
     """
 
     name: str
@@ -280,7 +282,8 @@ _DIVIDE = Context(prec=60)
 def _max_affordable(price: ModelPrice, request: ModelRequest, wanted: int, left: int) -> int:
     """The most output tokens, 1 to ``wanted``, whose worst case fits ``left`` picodollars.
 
-    ``wanted`` when it fits; 1 when not even that does (the core then refuses the hold).
+    ``wanted`` when it fits; 1 when not even that does (``left`` is the hold granted, which is
+    at least one output token's worst case, so that never happens in :meth:`ModelCall.reserve`).
     """
     from ..pricing import from_units, to_units  # noqa: PLC0415 - with the prices only
 
@@ -484,7 +487,8 @@ class ModelReservation:
 
     @property
     def held(self) -> Decimal | None:
-        """The worst case held for this attempt (US dollars); ``None`` when it is not priced."""
+        """What was held for this attempt (US dollars): its worst case, or the money left when
+        lowered (see :class:`ModelCharge`); ``None`` when it is not priced."""
         return None if self._hold is None else self._hold.max_cost
 
     @property
@@ -646,7 +650,6 @@ class ModelCall:
         "_prices",
         "_provider",
         "_request_timeout",
-        "_reserving",
         "_server",
         "_tracing",
     )
@@ -687,10 +690,6 @@ class ModelCall:
         self._price_data = version if isinstance(version, str) else None
         self._charges: list[ModelReservation] = []  # the priced reservations, in order
         self._charges_lock = threading.Lock()  # guards _charges
-        # Makes reading the money left and holding a share of it one step for this model call's
-        # reservations. Re-entrant: a refused hold ends the run, whose cancellation callbacks
-        # run on this thread under it, and one of them may reserve again (and be refused).
-        self._reserving = threading.RLock()
         self._policy = None if policy is None else policy_of(ctx, policy)
         self._executor = executor_of(ctx, executor, classifier, default=default_classifier)
         self._request_timeout = _positive_seconds("request_timeout", request_timeout)
@@ -763,14 +762,14 @@ class ModelCall:
         both loops: a block that fails leaves it to :meth:`ModelReservation._release`.
 
         Priced, ``request`` is required (``ValueError`` without it): the model's price is looked
-        up (``UnknownPrice``, nothing reserved), and the worst case of the request, its
-        ``max_tokens`` lowered to what the money left can pay for, is held with the Model call in
-        one decision (``BudgetExhausted`` on ``COST`` if even one output token cannot be paid
-        for). The adapter sends the reservation's :attr:`~ModelReservation.max_tokens`. The money
-        left is read and held in one step among this model call's reservations; a hold placed
-        in between by anything else on the run (another adapter's model call, a Tool call, a
-        process sharing the run) may still make the core refuse this one, on ``COST``, as it
-        would without lowering.
+        up (``UnknownPrice``, nothing reserved), and the run holds, with the Model call and in
+        its one decision, as much of the request's worst case as the money left pays for, but at
+        least the worst case of one output token (``BudgetExhausted`` on ``COST`` if not even
+        that fits). ``max_tokens`` is then the most whose worst case fits what was held, lowered
+        when below the request's; the adapter sends the reservation's
+        :attr:`~ModelReservation.max_tokens`. The money left is never read apart from the hold,
+        so no hold placed meanwhile by anything else on the run (a Tool call, another adapter,
+        a process sharing the run) can end the run where a lower ``max_tokens`` fits.
         """
         if request is not None and type(request) is not ModelRequest:
             raise TypeError(f"request must be a ModelRequest or None, got {request!r}")
@@ -793,15 +792,15 @@ class ModelCall:
         else:
             from ..pricing import to_units  # noqa: PLC0415 - with the prices only
 
-            # The money left is read and held in one step for this model call's reservations:
-            # two of its calls racing would otherwise both size their hold on the same money
-            # left, and the core would refuse the second, ending the run, where a lower
-            # max_tokens would have fitted.
-            with self._reserving:
-                usage = self._ctx.budget.snapshot()
-                left = to_units(limit) - usage.cost_units - usage.cost_held_units
-                sent = _max_affordable(price, request, wanted, left)
-                hold = self._ctx.reserve_model_call(max_cost=self._worst(price, request, sent))
+            # One decision of the run: it holds the worst case at the wanted max_tokens, or as
+            # much of it as the money left pays for, down to the worst case of one output token;
+            # the call is then sized to what was held. A read of the money left apart from the
+            # hold would let a hold from elsewhere land in between and end the run on COST.
+            hold = self._ctx.reserve_model_call(
+                max_cost=self._worst(price, request, wanted),
+                min_cost=self._worst(price, request, 1),
+            )
+            sent = _max_affordable(price, request, wanted, to_units(hold.max_cost))
         reservation = ModelReservation(
             self,
             name,

@@ -253,13 +253,25 @@ class RunProbe:
         self._compare_error(f"check({boundary.name})", expected, got, boundary)
         self._checked()
 
-    def reserve_model(self) -> RunTerminated | None:
-        """``ctx.reserve_model_call()``; returns what it raised."""
+    def reserve_model(self, least: int | None = None) -> RunTerminated | None:
+        """``ctx.reserve_model_call()``; returns what it raised. ``least`` (units, with a run
+        that holds money): a partial hold, ``min_cost=least``; what it held is compared."""
         max_cost = PROBE_HOLD
-        self._note("reserve_model", f"reserve_model_call(max_cost={max_cost})")
-        expected = self.prediction.reserve_model()
-        got = self._call(lambda: self._holds.append(self.ctx.reserve_model_call(max_cost=max_cost)))
-        return self._reserved("reserve_model_call()", expected, got, Boundary.MODEL)
+        min_cost = None if least is None else from_units(least)
+        what = f"reserve_model_call(max_cost={max_cost}, min_cost={min_cost})"
+        self._note("reserve_model", what)
+        expected = self.prediction.reserve_model(None if min_cost is None else least)
+        got = self._call(
+            lambda: self._holds.append(
+                self.ctx.reserve_model_call(max_cost=max_cost, min_cost=min_cost)
+            )
+        )
+        granted = self._reserved("reserve_model_call()", expected, got, Boundary.MODEL)
+        if got is None:
+            held, predicted = self._holds[-1].max_cost, self.prediction.ref.holds[-1]
+            if held != from_units(predicted):
+                raise disagree(f"{what} held {held}, expected {predicted} units")
+        return granted
 
     def reserve_tool(self, tool: str) -> RunTerminated | None:
         """``ctx.reserve_tool_call(tool)``, holding ``PROBE_TOOL_HOLD`` under a money limit (the

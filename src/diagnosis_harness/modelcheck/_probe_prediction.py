@@ -226,19 +226,28 @@ class Prediction:
 
     # -- reservations and usage --------------------------------------------------------------------
 
-    def reserve_model(self) -> type[RunTerminated] | None:
-        """Predict ``reserve_model_call()``: None if granted, else the error it raises."""
+    def reserve_model(self, least: int | None = None) -> type[RunTerminated] | None:
+        """Predict ``reserve_model_call()``: None if granted, else the error it raises.
+
+        ``least`` (units): a partial hold (``min_cost``) of the probe's hold: under a money limit
+        as much of it as the money left pays for, refused on ``COST`` only below ``least``;
+        without one, the whole hold. The amount granted is the reference's newest hold."""
         expected = self.gate()
         if expected is not None:
             return expected
-        if self.ref.model_calls >= self.config.limits.model_calls:
+        ref, limits = self.ref, self.config.limits
+        if ref.model_calls >= limits.model_calls:
             return self._refuse_budget(BudgetEvent.RESERVE, BudgetDimension.MODEL_CALLS)
         hold = PROBE_HOLD_UNITS
-        if self._money_refuses(hold):
-            return self._refuse_budget(BudgetEvent.RESERVE, BudgetDimension.COST)
+        granted = hold
+        limit = self.cost_limit_units
+        if limit is not None:
+            granted = min(hold, limit - ref.cost_settled - money_held(ref))
+            if granted < (hold if least is None else least):
+                return self._refuse_budget(BudgetEvent.RESERVE, BudgetDimension.COST)
         self._grant()
-        self.ref.model_calls += 1
-        self.ref.holds.append(hold)
+        ref.model_calls += 1
+        ref.holds.append(granted)
         return None
 
     def reserve_tool(self, tool: str) -> type[RunTerminated] | None:

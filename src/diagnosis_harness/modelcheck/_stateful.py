@@ -223,9 +223,9 @@ class _ProbeMachine(RuleBasedStateMachine):
 
     # Shared steps; each subclass exposes the ones it needs as rules.
 
-    def _model_call(self) -> None:
-        self.stats.step("reserve_model_call()")
-        self.probe.reserve_model()
+    def _model_call(self, least: int | None = None) -> None:
+        self.stats.step("reserve_model_call()" if least is None else f"reserve_model_call({least})")
+        self.probe.reserve_model(least)
 
     def _tool_call(self, tool: str) -> None:
         self.stats.step(f"reserve_tool_call({tool!r})")
@@ -320,6 +320,11 @@ class RunMachine(_ProbeMachine):
     @rule()
     def model_call(self) -> None:
         self._model_call()
+
+    @rule(least=st.integers(0, 5))
+    def partial_model_call(self, least: int) -> None:
+        """A partial hold (``min_cost``) of the probe's hold of 5 units."""
+        self._model_call(least)
 
     @rule(tool=st.sampled_from(TOOLS))
     def tool_call(self, tool: str) -> None:

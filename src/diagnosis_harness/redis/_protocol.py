@@ -36,6 +36,7 @@ __all__ = [
     "Answer",
     "Capacity",
     "Created",
+    "Held",
     "Passed",
     "ProtocolError",
     "Snapshot",
@@ -63,6 +64,14 @@ class Passed(NamedTuple):
     with the same operation id whose answer was lost)."""
 
     code: str
+
+
+class Held(NamedTuple):
+    """``held``: a partial hold's reservation was granted (by this call, or by the call with the
+    same operation id whose answer was lost); ``held`` is the picodollars it holds."""
+
+    code: str
+    held: int
 
 
 class Created(NamedTuple):
@@ -127,10 +136,18 @@ class Capacity(NamedTuple):
     used: int
 
 
-Answer = Unknown | Passed | Created | Status | Snapshot | Capacity
+Answer = Unknown | Passed | Held | Created | Status | Snapshot | Capacity
 
 _PAIRS: Final = "per_tool"  # a last field made of every (name, count) pair after the others
-_KINDS: Final[tuple[type[Answer], ...]] = (Unknown, Passed, Created, Status, Snapshot, Capacity)
+_KINDS: Final[tuple[type[Answer], ...]] = (
+    Unknown,
+    Passed,
+    Held,
+    Created,
+    Status,
+    Snapshot,
+    Capacity,
+)
 
 STATUS_FIELDS: Final = Status._fields[1:]
 """The run hash's fields a status reads, in the order of :class:`Status`."""
@@ -142,7 +159,7 @@ ANSWERS: Final[Mapping[str, Mapping[str, type[Answer]]]] = MappingProxyType(
     {
         "create": {"ok": Created, "exists": Created},
         "check": _GATE,
-        "reserve_model_call": _GATE,
+        "reserve_model_call": {**_GATE, "held": Held},
         "reserve_tool_call": _GATE,
         "reserve_bytes": _GATE,
         "record_token_usage": {"ok": Status, "ended_now": Status, "unknown": Unknown},
@@ -181,7 +198,7 @@ _CONVERT: Final[Mapping[str, Callable[[str], Any]]] = MappingProxyType(
         "exhausted": _optional(_member(BudgetDimension)),
         "boundary": _optional(_member(Boundary, by_name=True)),  # as the refusals name it
         **dict.fromkeys(
-            ("limit", "used", *Snapshot._fields[len(Status._fields) : -1]),
+            ("limit", "used", "held", *Snapshot._fields[len(Status._fields) : -1]),
             lambda text: int(text or 0),
         ),
     }

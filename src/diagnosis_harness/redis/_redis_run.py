@@ -55,7 +55,7 @@ from .._errors import RunStoreUnavailable, UnknownRun
 from .._generated.tables import BudgetState, LifecycleEvent, RunState
 from .._limits import BudgetUsage
 from ._ops import OperationIds
-from ._protocol import STATUS_FIELDS, Passed, Snapshot, Status, Unknown, status_of
+from ._protocol import STATUS_FIELDS, Held, Passed, Snapshot, Status, Unknown, status_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -207,10 +207,17 @@ class RedisRun:
     def check(self, boundary: Boundary, now_ns: int) -> None:
         self._decide(boundary, self._run("check", now_ns, boundary.name))
 
-    def reserve_model_call(self, now_ns: int, hold: int = 0) -> None:
+    def reserve_model_call(self, now_ns: int, hold: int = 0, least: int | None = None) -> int:
         self._check_hold(hold)
-        answer = self._run("reserve_model_call", now_ns, hold, grant=True)
+        if least is None:
+            self._decide(Boundary.MODEL, self._run("reserve_model_call", now_ns, hold, grant=True))
+            return hold
+        # A partial hold: the function holds what the money left pays for, at least ``least``,
+        # and answers the amount (Held), the same amount to a call sent again with the same id.
+        answer = self._run("reserve_model_call", now_ns, hold, least, grant=True)
         self._decide(Boundary.MODEL, answer)
+        assert isinstance(answer, Held)  # _decide raised for every other answer
+        return answer.held
 
     def reserve_tool_call(self, tool: str, now_ns: int, hold: int = 0) -> None:
         self._check_hold(hold)
@@ -449,7 +456,7 @@ class RedisRun:
             self._delivered.wait()
 
     def _decide(self, boundary: Boundary, answer: Answer) -> None:
-        if isinstance(answer, Passed):
+        if isinstance(answer, (Passed, Held)):
             now_ns = self._clock.monotonic_ns()
             if now_ns < self.deadline_ns:
                 return

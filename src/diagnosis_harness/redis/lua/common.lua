@@ -121,6 +121,16 @@ local function within_cost(limit, settled, held, hold)
   return tonumber(settled or '0') + tonumber(held or '0') + tonumber(hold) <= tonumber(limit)
 end
 
+-- As much of `hold` as the money left pays for (all of it without a money limit), as a string
+-- of digits; the caller has checked that at least its least hold fits (within_cost), so the
+-- money left is >= 0 and below 2**53, formatted exactly.
+local function affordable(limit, settled, held, hold)
+  if not limit or limit == '' then return hold end
+  local room = tonumber(limit) - tonumber(settled or '0') - tonumber(held or '0')
+  if tonumber(hold) <= room then return hold end
+  return string.format('%.0f', room)
+end
+
 -- `units` (a string of decimal digits) picodollars as the core writes dollars in a reason
 -- (`$` and str() of the normalised Decimal, _limits.dollars): a whole number plainly, else
 -- without trailing zeros, in exponent notation when below 10^-6 as Python's Decimal does.
