@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib.util
 import socket
 import threading
 from dataclasses import dataclass
@@ -18,7 +19,6 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import anthropic
-import genai_prices
 import openai
 import pytest
 from hypothesis import given, settings
@@ -63,6 +63,12 @@ from diagnosis_harness.testing import ManualClock
 from racing import race
 
 from .loopback import ANSWER, LoopbackServer, Reply, SeenRequest
+
+# genai-prices (the `prices` extra) installs on Python 3.11+ only: the tests of GenaiPrices skip
+# where it cannot be installed, the others run everywhere.
+needs_genai_prices = pytest.mark.skipif(
+    importlib.util.find_spec("genai_prices") is None, reason="genai-prices needs Python 3.11+"
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -398,6 +404,7 @@ def test_a_bad_model_request_is_refused(fields: dict[str, Any], message: str) ->
 # -- genai-prices: a real OpenAI model's price, its data version in the journal --------------------
 
 
+@needs_genai_prices
 def test_genai_prices_price_a_real_openai_model_exactly(loopback: LoopbackServer) -> None:
     ctx = _run(D("1.00"))
     executor = HarnessRetryExecutor(ctx, classifier=classify_sdk)
@@ -407,6 +414,8 @@ def test_genai_prices_price_a_real_openai_model_exactly(loopback: LoopbackServer
     governed = _sync_openai(
         loopback, ctx, params, False, policy="diagnosis_agent", executor=executor, prices=prices
     )
+    import genai_prices  # noqa: PLC0415 - the prices extra: Python 3.11+ only
+
     expected = genai_prices.calc_price(
         genai_prices.Usage(input_tokens=1_200, output_tokens=250),
         model_ref="gpt-4o-mini",
@@ -692,6 +701,7 @@ def test_a_late_answer_and_a_release_settle_the_hold_once(round_: int) -> None:
 # -- the OpenTelemetry chat span carries the money ------------------------------------------------
 
 
+@needs_genai_prices
 def test_the_chat_span_carries_the_cost_the_hold_and_the_lowering(
     loopback: LoopbackServer,
 ) -> None:
@@ -821,6 +831,7 @@ def test_max_tokens_is_lowered_to_exactly_the_most_the_limit_pays_for(
     [(FLAVOURS[0], "gpt-4o-mini", "openai"), (FLAVOURS[2], "claude-3-5-haiku-latest", "anthropic")],
     ids=["openai", "anthropic"],
 )
+@needs_genai_prices
 def test_cached_input_tokens_are_priced_at_the_cache_read_price(
     loopback: LoopbackServer, flavour: Flavour, model: str, provider: str
 ) -> None:
@@ -831,6 +842,8 @@ def test_cached_input_tokens_are_priced_at_the_cache_read_price(
     governed = flavour.ask(
         loopback, ctx, params, False, policy="diagnosis_agent", prices=GenaiPrices()
     )
+    import genai_prices  # noqa: PLC0415 - the prices extra: Python 3.11+ only
+
     expected = genai_prices.calc_price(
         genai_prices.Usage(input_tokens=320, cache_read_tokens=300, output_tokens=6),
         model_ref=model,
@@ -889,6 +902,7 @@ def test_a_run_spent_past_its_limit_refuses_the_next_call_on_cost() -> None:
     assert ctx.budget.snapshot().model_calls == 1
 
 
+@needs_genai_prices
 def test_a_failed_attempts_span_carries_its_hold_and_no_cost(loopback: LoopbackServer) -> None:
     """A 500 may have been billed: its span says what stays held; the retry's, what it cost."""
     exporter = InMemorySpanExporter()

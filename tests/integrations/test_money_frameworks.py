@@ -34,6 +34,9 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+pytest.importorskip("pydantic_ai", reason="pydantic-ai needs Python 3.11+")
+
 from agents import Agent as AgentsAgent
 from agents import ModelSettings as AgentsModelSettings
 from agents import function_tool, set_tracing_disabled
