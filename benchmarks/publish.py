@@ -37,6 +37,11 @@ _CORE_ROWS = (
         "a full run: create, 20 Tool calls, 5 Model calls with token usage, succeed",
         "full run: create, 20 Tool calls, 5 Model calls, succeed",
     ),
+    (
+        "a paid Tool call's hold and settle: `ctx.reserve_tool_call(name, max_cost=D)`, "
+        "`hold.settle(cost=D)`",
+        "hold and settle: ctx.reserve_tool_call(name, max_cost=D), hold.settle(cost=D)",
+    ),
 )
 _RETRY_ROWS = (
     ("executor, first-try success", "first_try"),

@@ -804,3 +804,79 @@ def test_an_agents_answers_cached_input_is_priced_at_the_caches_price(
     expected = PRICE.cost(input_tokens=1_000, cache_read_tokens=600, output_tokens=50)
     assert charge.cost == expected < PRICE.cost(input_tokens=1_000, output_tokens=50)
     assert ctx.budget.snapshot().input_tokens == 1_000
+
+
+def test_two_sub_agents_sharing_one_run_never_pass_its_money_limit() -> None:
+    """Two pydantic-ai sub-agents, each with a capability of its own on one shared run, on two
+    threads at once: each loops model request -> paid Tool call until the money runs out.
+    Settled + held, read at every request and every Tool call of either, never passes the
+    limit; the settled spend is the sum of what every answer the harness received and every
+    Tool call cost; a request the run's end cut in flight stays held at its worst case (the
+    provider may bill it), so what the provider billed is within settled + held, and that within
+    the limit; and the run ends on COST for both."""
+    price = ModelPrice(input_per_mtok=Decimal("2"), output_per_mtok=Decimal("8"))
+    grep_price = Decimal("0.02")
+    ctx = _money_run(model_calls=500, tool_calls=500, per_tool_calls=500)
+    seen: list[Decimal] = []  # settled + held, at every request and Tool call of either agent
+    billed: list[Decimal] = []  # what each answer cost, received by the harness or not
+    greps: list[str] = []  # the Tool calls that ran
+    start = threading.Barrier(2, timeout=BOUND)
+
+    def in_use() -> Decimal:
+        usage = ctx.budget.snapshot()
+        return usage.cost + usage.cost_held
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(in_use())
+        sent = _sent_max_tokens(info)
+        output = min(2_000, sent if isinstance(sent, int) else 2_000)  # a model keeps to it
+        billed.append(price.cost(input_tokens=10, output_tokens=output))
+        call = ToolCallPart("grep", {"pattern": "error"}, tool_call_id=f"call_{len(messages)}")
+        return ModelResponse(
+            parts=[call], usage=RequestUsage(input_tokens=10, output_tokens=output)
+        )
+
+    def sub_agent(name: str) -> Agent[None, str]:
+        agent: Agent[None, str] = Agent(FunctionModel(answer, model_name="sub"), name=name)
+
+        @agent.tool_plain
+        def grep(pattern: str) -> str:
+            seen.append(in_use())
+            greps.append(pattern)
+            return f"no {pattern} in {name}'s logs"
+
+        return agent
+
+    endings: list[BudgetExhausted] = []
+    capabilities: list[HarnessCapability] = []
+
+    def run(name: str) -> None:
+        capability = HarnessCapability(
+            ctx,
+            prices=PriceTable({"sub": price}),
+            default_max_tokens=2_000,
+            tool_prices={"grep": grep_price},
+        )
+        capabilities.append(capability)
+        start.wait()
+        try:
+            _bounded(sub_agent(name).run("look", capabilities=[capability]))
+        except BudgetExhausted as ended:
+            endings.append(ended)
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in ("logs", "metrics")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(BOUND)
+
+    assert len(endings) == 2
+    assert {ended.dimension for ended in endings} == {BudgetDimension.COST}
+    assert len(seen) > 20  # both agents ran many rounds before the money ran out
+    assert max(seen) <= LIMIT
+    usage = ctx.budget.snapshot()
+    charges = [charge for capability in capabilities for charge in capability.charges]
+    received = sum((c.cost for c in charges if c.cost is not None), ZERO)
+    assert usage.cost == received + grep_price * len(greps)
+    assert usage.cost_held == sum((c.held for c in charges if c.cost is None), ZERO)
+    assert sum(billed, ZERO) + grep_price * len(greps) <= usage.cost + usage.cost_held <= LIMIT
