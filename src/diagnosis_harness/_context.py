@@ -290,11 +290,8 @@ class RunContext:
             owner.reserve_model_call(clock.monotonic_ns())
             return granted_hold(owner, clock, None, 0)
         hold = money_units("max_cost", max_cost)
-        if min_cost is None:
-            held = owner.reserve_model_call(clock.monotonic_ns(), hold)
-            return granted_hold(owner, clock, None, held)
-        least = money_units("min_cost", min_cost)
-        if least > hold:  # nothing is reserved
+        least = None if min_cost is None else money_units("min_cost", min_cost)
+        if least is not None and least > hold:  # nothing is reserved
             raise ValueError(
                 f"min_cost must be at most max_cost, got min_cost={min_cost!r} and "
                 f"max_cost={max_cost!r}"

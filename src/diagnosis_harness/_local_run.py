@@ -80,6 +80,20 @@ def _dollars(units: int) -> str:
     return f"${dollars(units)}"
 
 
+def _tokens_over(
+    limits: BudgetLimits, used_in: int, used_out: int
+) -> tuple[BudgetDimension, int, int] | None:
+    """The first token limit the tokens used pass, its limit and the tokens counted against it;
+    ``None`` within them. One order for every recorder: input, output, then total."""
+    if used_in > limits.input_tokens:
+        return (BudgetDimension.INPUT_TOKENS, limits.input_tokens, used_in)
+    if used_out > limits.output_tokens:
+        return (BudgetDimension.OUTPUT_TOKENS, limits.output_tokens, used_out)
+    if used_in + used_out > limits.total_tokens:
+        return (BudgetDimension.TOTAL_TOKENS, limits.total_tokens, used_in + used_out)
+    return None
+
+
 @final
 class LocalRun:
     """One run's state; implements :class:`~._backend.RunBackend`. Thread-safe.
@@ -330,12 +344,7 @@ class LocalRun:
             if input_tokens or output_tokens:  # a Tool call's settle has none: nothing to add
                 used_in = self._input_tokens = self._input_tokens + input_tokens
                 used_out = self._output_tokens = self._output_tokens + output_tokens
-                if used_in > limits.input_tokens:
-                    over = (BudgetDimension.INPUT_TOKENS, limits.input_tokens, used_in)
-                elif used_out > limits.output_tokens:
-                    over = (BudgetDimension.OUTPUT_TOKENS, limits.output_tokens, used_out)
-                elif used_in + used_out > limits.total_tokens:
-                    over = (BudgetDimension.TOTAL_TOKENS, limits.total_tokens, used_in + used_out)
+                over = _tokens_over(limits, used_in, used_out)
             if over is not None:
                 dimension, limit, used = over
                 detail = TOKENS_EXCEEDED.format(limit=limit, used=used)
@@ -381,13 +390,8 @@ class LocalRun:
             # The tokens were spent: record them as reported, whatever the limits or the run say.
             used_in = self._input_tokens = self._input_tokens + input_tokens
             used_out = self._output_tokens = self._output_tokens + output_tokens
-            if used_in > limits.input_tokens:
-                over = (BudgetDimension.INPUT_TOKENS, limits.input_tokens, used_in)
-            elif used_out > limits.output_tokens:
-                over = (BudgetDimension.OUTPUT_TOKENS, limits.output_tokens, used_out)
-            elif used_in + used_out > limits.total_tokens:
-                over = (BudgetDimension.TOTAL_TOKENS, limits.total_tokens, used_in + used_out)
-            else:
+            over = _tokens_over(limits, used_in, used_out)
+            if over is None:
                 self._step_budget_locked(_RECORD_USAGE)
                 return
             dimension, limit, used = over

@@ -416,11 +416,7 @@ class _ToolCall:
         """An attempt begins: the first reserves the Tool call and holds its price (retries
         reserve nothing); the attempt's own threads, for its sync work."""
         if self._hold is None:
-            ctx, price = self._tools.ctx, self._price
-            if price is None:
-                self._hold = ctx.reserve_tool_call(self.tool)
-            else:
-                self._hold = ctx.reserve_tool_call(self.tool, max_cost=price)
+            self._hold = self._tools.ctx.reserve_tool_call(self.tool, max_cost=self._price)
         return WorkerThreads(self.tool)
 
     def settle(self) -> None:

@@ -116,6 +116,17 @@ end
 -- money limit of 2^53 picodollars or more (every sum at or below the limit is an exact double,
 -- and a true sum above it rounds to a double above it: rounding is monotonic).
 -- `limit` is false or '' when the run has no money limit.
+-- The first token limit the tokens used pass, as {dimension, limit, used}; nil within them.
+-- `limits` are the run's l_input_tokens, l_output_tokens and l_total_tokens, in that order.
+local function tokens_over(used_in, used_out, limits)
+  if used_in > tonumber(limits[1]) then return {'input_tokens', limits[1], used_in} end
+  if used_out > tonumber(limits[2]) then return {'output_tokens', limits[2], used_out} end
+  if used_in + used_out > tonumber(limits[3]) then
+    return {'total_tokens', limits[3], used_in + used_out}
+  end
+  return nil
+end
+
 local function within_cost(limit, settled, held, hold)
   if not limit or limit == '' then return true end
   return tonumber(settled or '0') + tonumber(held or '0') + tonumber(hold) <= tonumber(limit)

@@ -14,12 +14,9 @@ local used_out = redis.call('HINCRBY', RUN, 'output_tokens', ARGV[8])
 local l = redis.call('HMGET', RUN, 'l_input_tokens', 'l_output_tokens', 'l_total_tokens', 'budget',
   'l_cost', 'cost', 'cost_held')
 local settled, held = l[6] or '0', l[7] or '0'
-if used_in > tonumber(l[1]) then
-  exhaust('settle', 'input_tokens', text('tokens', {limit = l[1], used = used_in}))
-elseif used_out > tonumber(l[2]) then
-  exhaust('settle', 'output_tokens', text('tokens', {limit = l[2], used = used_out}))
-elseif used_in + used_out > tonumber(l[3]) then
-  exhaust('settle', 'total_tokens', text('tokens', {limit = l[3], used = used_in + used_out}))
+local over = tokens_over(used_in, used_out, l)
+if over then
+  exhaust('settle', over[1], text('tokens', {limit = over[2], used = over[3]}))
 elseif not within_cost(l[5], settled, held, '0') then
   exhaust('settle', 'cost', text('cost', {limit = dollars(l[5]), settled = dollars(settled),
     held = dollars(held)}), ARGV[4])
