@@ -260,10 +260,28 @@ def test_a_grant_answered_past_the_deadline_is_not_used(fresh_server: RedisServe
     termination = ctx.lifecycle.termination
     assert termination is not None
     assert termination.state is RunState.TIMED_OUT
-    assert ctx.budget.snapshot().per_tool_calls == {"fetch": 1, "search": 1}  # counted, unused
+    # Counted, unused: read past the proxy, from the server itself -- the run's own snapshot is
+    # past its deadline, bound by the grace, which a loaded machine's proxy may exceed.
+    assert _tool_counts(fresh_server, RunKeys.of("late", ctx.run_id)) == {"fetch": 1, "search": 1}
     store.close()
     proxy.close()
     client.close()
+
+
+def _tool_counts(server: RedisServer, keys: RunKeys) -> dict[str, int]:
+    """Each Tool's call count of the run with ``keys``, read from ``server`` itself (the store
+    keeps them as ``n:{tool}`` fields of the run's ``tools`` hash, as its snapshot reads them)."""
+    direct = redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=5.0)
+    try:
+        fields = direct.hgetall(keys.all[1])
+    finally:
+        direct.close()
+    counts: dict[str, int] = {}
+    for name, count in fields.items():
+        text = name.decode() if isinstance(name, bytes) else name
+        if text.startswith("n:"):
+            counts[text[2:]] = int(count)
+    return counts
 
 
 def _subscribed(server: RedisServer, channel: str, timeout: float = 30.0) -> bool:
