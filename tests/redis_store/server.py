@@ -39,10 +39,14 @@ def free_port() -> int:
 class RedisServer:
     """One ``redis-server`` process; ``start()`` it, ``client()`` it, ``stop()`` it."""
 
-    def __init__(self, directory: Path, *, appendonly: bool = False) -> None:
+    def __init__(
+        self, directory: Path, *, appendonly: bool = False, extra: tuple[str, ...] = ()
+    ) -> None:
+        """``extra``: more ``redis-server`` arguments (a cluster node's, say)."""
         assert REDIS_SERVER is not None
         self.directory = directory
         self.appendonly = appendonly
+        self.extra = extra
         self.port = free_port()
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -59,6 +63,7 @@ class RedisServer:
             "--dir", str(self.directory),
             "--daemonize", "no",
             "--logfile", str(self.directory / "redis.log"),
+            *self.extra,
         ]  # fmt: skip
         self._process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
         self._wait_ready()
@@ -81,6 +86,11 @@ class RedisServer:
                     time.sleep(0.01)  # polling a starting server, not ordering a race
         finally:
             client.close()
+
+    @property
+    def running(self) -> bool:
+        """Started, and neither stopped nor killed since (a paused one is running)."""
+        return self._process is not None
 
     def client(self, **kwargs: Any) -> redis.Redis:
         kwargs.setdefault("socket_timeout", 5.0)
