@@ -627,8 +627,10 @@ class LocalRun:
         return None
 
     def _count_locked(self, boundary: Boundary, tool: str, hold: int, n: int) -> None:
-        """Count a granted reservation in this run (every check passed)."""
-        self._step_budget_locked(_RESERVE)
+        """Count a granted reservation in this run (every check passed). The budget's step is
+        the one taken from the table at import: the run is live, so its budget is ACTIVE."""
+        assert self._budget_state is _GRANT.source  # EXHAUSTED only once the run has ended
+        self._budget_state = _GRANT.target
         if boundary is Boundary.MODEL:
             self._model_calls += 1
         elif boundary is Boundary.TOOL:
