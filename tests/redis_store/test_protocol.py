@@ -177,7 +177,7 @@ def _every_answer(calls: _Calls) -> None:
     assert calls("claim", calls.run("run-8"), *claim) == Created("exists")  # a root's ID
     live = calls.run("run-9")
     child = RunKeys.of(calls.namespace, "child-1", live.root_id)
-    limits = ["limits", "{}", "l_model_calls", 1, "model_calls", 0, "--limits--"]
+    limits: list[str | int] = ["limits", "{}", "l_model_calls", 1, "model_calls", 0, "--limits--"]
     assert calls("create_child", child, "run-9", 10 * _NS, *limits) == Created("ok")
     assert calls("create_child", child, "run-9", 10 * _NS, *limits) == Created("exists")
     ended = calls("create_child", RunKeys.of(calls.namespace, "child-2", "run-3"), "run-3", 1)
