@@ -16,11 +16,14 @@ tree, expiry -- is tested after the scenarios.
 from __future__ import annotations
 
 import collections
+import itertools
 import multiprocessing
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from diagnosis_harness import (
     Boundary,
@@ -70,7 +73,7 @@ class Record:
     def _keeper(self, name: str) -> Callable[[CancellationReason], None]:
         return lambda reason: self.callbacks.append((name, reason))
 
-    def call(self, what: str, action: Callable[[], object]) -> object:
+    def call(self, what: object, action: Callable[[], object]) -> object:
         """``action()``'s result, or the type and message of what it raised, written down."""
         try:
             result = action()
@@ -623,3 +626,120 @@ def test_two_children_in_two_processes_capped_at_6_under_a_parent_limit_of_9_get
         assert max(granted.values()) <= 6
         assert {name: u.tool_calls for name, u in usage.children.items()} == granted
         assert state(parent) is RunState.BUDGET_EXHAUSTED  # the tenth ask passed its limit
+
+
+# -- random sequences: the same on both stores ----------------------------------------------------
+
+_RUNS = ("root", "a", "b", "a1")  # a1 is a's child; b is capped by the root alone
+_OPS = st.one_of(
+    st.tuples(st.just("model"), st.sampled_from(_RUNS), st.sampled_from([10, 30, 50]),
+              st.sampled_from([None, 5])),
+    st.tuples(st.just("tool"), st.sampled_from(_RUNS), st.sampled_from(["grep", "fetch"]),
+              st.sampled_from([0, 20])),
+    st.tuples(st.just("bytes"), st.sampled_from(_RUNS), st.integers(1, 40)),
+    st.tuples(st.just("tokens"), st.sampled_from(_RUNS), st.integers(0, 30), st.integers(0, 30)),
+    st.tuples(st.just("settle"), st.integers(0, 5), st.integers(0, 60), st.integers(0, 20)),
+    st.tuples(st.just("end"), st.sampled_from(_RUNS),
+              st.sampled_from(["succeed", "fail", "cancel", "check"])),
+    st.tuples(st.just("advance"), st.sampled_from([1, 2, 4])),
+)  # fmt: skip
+
+
+def _step(
+    r: Record,
+    op: tuple[Any, ...],
+    runs: dict[str, RunContext],
+    holds: list[Any],
+    clock: ManualClock,
+) -> None:
+    """One operation of a sequence on the tree ``runs``, written down in ``r``."""
+    kind = op[0]
+    if kind == "model":
+        _, name, cents, least = op
+        ctx = runs[name]
+        max_cost, min_cost = D(cents) / 100, None if least is None else D(least) / 100
+        hold = r.call(op, lambda: ctx.reserve_model_call(max_cost=max_cost, min_cost=min_cost))
+        holds.append(hold)
+    elif kind == "tool":
+        _, name, tool, cents = op
+        ctx = runs[name]
+        holds.append(r.call(op, lambda: ctx.reserve_tool_call(tool, max_cost=D(cents) / 100)))
+    elif kind == "bytes":
+        r.call(op, lambda: runs[op[1]].reserve_bytes(op[2]))
+    elif kind == "tokens":
+        r.call(op, lambda: runs[op[1]].record_token_usage(input_tokens=op[2], output_tokens=op[3]))
+    elif kind == "settle":
+        live = [h for h in holds if h is not None and not h.settled]
+        if live:
+            hold = live[op[1] % len(live)]
+            tokens = op[3] if hold.boundary is Boundary.MODEL else None  # a Tool call has none
+            r.call(
+                op,
+                lambda: hold.settle(cost=D(op[2]) / 100, input_tokens=tokens, output_tokens=tokens),
+            )
+    elif kind == "end":
+        ctx = runs[op[1]]
+        endings: dict[str, Callable[[], object]] = {
+            "succeed": ctx.lifecycle.succeed,
+            "fail": lambda: ctx.lifecycle.fail("gave up"),
+            "cancel": lambda: ctx.cancellation.cancel(CancellationReason.USER_REQUESTED),
+            "check": lambda: ctx.check(Boundary.GUARD),
+        }
+        r.call(op, endings[op[2]])
+    else:
+        clock.advance(op[1])
+
+
+def _sequence(ops: list[tuple[Any, ...]], prefix: str, store: RedisRunStore | None) -> Record:
+    """``ops`` on a tree whose run IDs start with ``prefix``: what a user observes."""
+    clock = ManualClock()
+    r = Record()
+    kwargs: dict[str, Any] = {} if store is None else {"store": store}
+    root = new_run(
+        run_id=f"{prefix}root",
+        clock=clock,
+        timeout=10,
+        budget=limits(model_calls=4, tool_calls=6, per_tool_calls=4, input_tokens=60,
+                      output_tokens=60, total_tokens=90, run_bytes=100, cost=D("0.60")),
+        **kwargs,
+    )  # fmt: skip
+    a = root.child(
+        run_id=f"{prefix}a",
+        timeout=6,
+        limits=limits(model_calls=3, tool_calls=4, per_tool_calls=2, input_tokens=40,
+                      run_bytes=60, cost=D("0.35")),
+    )  # fmt: skip
+    b = root.child(run_id=f"{prefix}b")
+    a1 = a.child(run_id=f"{prefix}a1", timeout=3, limits=limits(model_calls=2, output_tokens=25))
+    runs = dict(zip(_RUNS, (root, a, b, a1), strict=True))
+    r.watch(*runs.values())
+    holds: list[Any] = []
+    for op in ops:
+        _step(r, op, runs, holds, clock)
+        for ctx in runs.values():
+            r.end(ctx)
+    for ctx in runs.values():
+        r.usage(ctx)
+    return r
+
+
+_examples = itertools.count()
+
+
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(ops=st.lists(_OPS, max_size=25))
+def test_any_sequence_on_a_tree_reads_the_same_on_redis(
+    ops: list[tuple[Any, ...]], store: RedisRunStore
+) -> None:
+    """Random reservations, holds and settles, usage, endings and time on a root, two children
+    and a grandchild: after every step, every run reads the same on the store as in one process
+    (results, refusals, terminations, budget states); at the end every snapshot."""
+    prefix = f"x{next(_examples)}-"  # every example its own IDs: the store refuses reuse
+    local = _sequence(ops, prefix, None)
+    stored = _sequence(ops, prefix, store)
+    assert stored.seen == local.seen
+    assert sorted(stored.callbacks, key=str) == sorted(local.callbacks, key=str)
