@@ -11,6 +11,9 @@ every answer with :func:`decode`, which checks that the function may answer the 
 the count of fields is the shape's: a library and a decoder that disagree fail with
 :class:`ProtocolError`, naming the function, and never read the wrong field.
 
+One answer is nested: ``tree`` answers ``'tree'`` then one entry per run (:class:`TreeRun`), each
+ending with a whole :class:`Snapshot` answer, decoded as any other.
+
 The fields of :class:`Status` past its code are the names of the run hash's own fields, so a read
 of the hash (:data:`STATUS_FIELDS`, one ``HMGET``) is decoded as a script's status is
 (:func:`status_of`).

@@ -13,13 +13,25 @@ of a property, or woken by the store's listener -- signals its ``CancelSignal`` 
 reason, which runs this process's callbacks exactly once. The thread whose operation recorded
 the ending waits until they have run, wherever they ran, before it returns.
 
-Time. Redis holds every instant on the *run's timeline*: nanoseconds since the run was created,
-on the Redis server's clock. Each process maps its own clock onto it once, when it creates or
-attaches: ``offset = run_time_now - clock.monotonic_ns()``, with ``run_time_now`` read from the
-server's ``TIME`` (halfway through the round trip). A boundary sends ``now_ns + offset``; the
-deadline and every termination's ``at_ns`` come back as ``stored - offset``, on the process's own
-clock. So all processes compare against one instant; a process's error is half a round trip plus
-its clock's drift since it attached, and the hosts' wall clocks do not matter.
+Trees. A child run (:meth:`RedisRun.create_child`) lives under its root's hash tag
+(:class:`~._run_keys.RunKeys`), so each operation of a child is still one function call: it
+checks and counts the child and every ancestor, and an ending ends every live descendant in the
+same call (``lua/common.lua``). Each owner knows its ancestors (``_path``, fixed when made or
+attached). The callbacks of one process run descendants first: an owner delivering its ending
+first has every owner of its descendants in this process read theirs (they have ended with it)
+and waits until their callbacks have run; the functions publish the endings deepest first, so
+the listener wakes the owners in that order too. An owner whose operation ended its run has the
+owners of its ancestors in this process read theirs before it returns (an ancestor's limit may
+have ended them too).
+
+Time. Redis holds every instant on the *run's timeline*: nanoseconds since the run (the root of
+its tree: every run of a tree shares it) was created, on the Redis server's clock. Each process
+maps its own clock onto it once, when it creates or attaches: ``offset = run_time_now -
+clock.monotonic_ns()``, with ``run_time_now`` read from the server's ``TIME`` (halfway through
+the round trip); a child made here takes its parent's offset. A boundary sends ``now_ns +
+offset``; the deadline and every termination's ``at_ns`` come back as ``stored - offset``, on the
+process's own clock. So all processes compare against one instant; a process's error is half a
+round trip plus its clock's drift since it attached, and the hosts' wall clocks do not matter.
 
 Bounded. Every operation -- a boundary, a usage report, an ending, a read of a property --
 waits for the store at most until the run's deadline, or the store's timeout if sooner, and at
