@@ -286,7 +286,7 @@ _VALUES: dict[str, str | int] = {
     "hold": "$0.4",  # the money texts are given dollars already worded
     "settled": "$9007.199254740991",
     "held": "$1E-12",
-    "run": "'diagnose-1'",  # a run's repr, as the tree's texts name it
+    "run": "'diag'",  # a run ID is given as its repr
     "state": "BUDGET_EXHAUSTED",
 }
 
