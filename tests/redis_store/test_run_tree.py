@@ -462,6 +462,31 @@ def test_a_crash_between_the_claim_and_the_child_leaves_the_id_taken_until_it_ex
     assert list(parent.budget.snapshot().children) == ["logs", "metrics"]
 
 
+def test_a_write_sent_again_is_applied_once_at_every_level(
+    store: RedisRunStore, client: redis.Redis
+) -> None:
+    """A reservation, a usage report or a settle whose answer was lost is sent again with the
+    same operation id (the store's retry, or the next such call): the child's function finds the
+    id among its own and changes nothing at any level."""
+    parent, logs, _ = _tree(store)
+    keys = RunKeys.of(store.namespace, "logs", "diag")
+    link = StoreLink(client, "test")
+    try:
+        for function, args in (
+            ("reserve_tool_call", ["grep", "'grep'", 0]),
+            ("reserve_model_call", [0]),
+            ("record_token_usage", [3, 4]),
+            ("settle", ["MODEL", 0, 5, 1, 1]),
+        ):
+            for _ in range(2):
+                link.call(function, keys, [keys.channel, f"{function}-1", 1, *args])
+    finally:
+        link.close()
+    for usage in (parent.budget.snapshot(), logs.budget.snapshot()):
+        assert (usage.tool_calls, usage.model_calls) == (1, 1)
+        assert (usage.input_tokens, usage.output_tokens, usage.cost_units) == (4, 5, 5)
+
+
 def test_a_tree_lives_in_one_slot_and_expires_with_its_root(
     store: RedisRunStore, client: redis.Redis
 ) -> None:
