@@ -22,6 +22,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pytest
+import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -43,12 +44,11 @@ from diagnosis_harness.redis._run_keys import RunKeys
 from diagnosis_harness.testing import ManualClock
 
 from . import tree_workers
+from .proxy import Proxy
 from .workers import SESSION
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-    import redis
 
     from .server import RedisServer
 
@@ -485,6 +485,31 @@ def test_a_write_sent_again_is_applied_once_at_every_level(
     for usage in (parent.budget.snapshot(), logs.budget.snapshot()):
         assert (usage.tool_calls, usage.model_calls) == (1, 1)
         assert (usage.input_tokens, usage.output_tokens, usage.cost_units) == (4, 5, 5)
+
+
+@pytest.mark.parametrize("step", [b"_claim", b"_create_child"])
+def test_a_child_creation_whose_answer_was_lost_finds_its_own_work(
+    fresh_server: RedisServer, step: bytes
+) -> None:
+    """The server ran a step of a child's creation -- the claim of its ID, or the child -- and
+    the connection closed before the answer came back. The store sends it again with the same
+    operation id: the step finds its own work, and the child is made once (no RunStoreConflict
+    for an ID the creation claimed itself)."""
+    proxy = Proxy(fresh_server.port)
+    client = redis.Redis(host="127.0.0.1", port=proxy.port, socket_timeout=5.0)
+    store = RedisRunStore(client, namespace="lost")
+    try:
+        parent = new_run(run_id="diag", store=store)
+        proxy.lose_next_reply(step)
+        child = parent.child(run_id="logs")
+        assert proxy.connections >= 2  # the answer was lost: sent again on a new connection
+        child.reserve_tool_call("grep")
+        assert list(parent.budget.snapshot().children) == ["logs"]
+        assert parent.budget.snapshot().tool_calls == 1
+    finally:
+        store.close()
+        proxy.close()
+        client.close()
 
 
 def test_a_tree_lives_in_one_slot_and_expires_with_its_root(
