@@ -7,8 +7,9 @@
 -- KEYS: the run's hash, its per-Tool hash (a Tool's count in 'n:<tool>', its own limit, if it
 -- has one, in 'l:<tool>': one read for both), the ids of the operations it applied, its capacity
 -- counter -- one hash tag, one Cluster slot.
--- ARGV[1] the channel an ending is published on, ARGV[2] this operation's id (a retried call
--- sends the same one), ARGV[3] the boundary's clock reading on the run's timeline (ns).
+-- ARGV[1] the channel the caller's run's ending is published on (each run's is key_of(id,
+-- 'ended'), which is this one for the caller), ARGV[2] this operation's id (a retried call sends
+-- the same one), ARGV[3] the boundary's clock reading on the run's timeline (ns).
 -- Times are strings of integer nanoseconds; they go through tonumber() only to be compared.
 --
 -- A run tree. Every run of a tree lives under its root's hash tag: the root's keys are
@@ -19,14 +20,13 @@
 -- shares the root's timeline. Invariant, kept by every function: an ended run has no live
 -- descendant (an ending cascades in the same call, see end_run_of()).
 -- begin() sets these for the call: the server runs one function at a time, to its end.
-local RUN, TOOLS, OPS, CHANNEL, OP, NOW, ALL_KEYS
+local RUN, TOOLS, OPS, CHANNEL, OP, NOW
 local TREE, ROOT_ID, SELF_ID -- `{ns}:{root}`, the root's ID, the caller's run's ID
 local ENDED_NOW = false -- set when this call recorded the caller's run's ending
 
 local function begin(keys, args)
   RUN, TOOLS, OPS = keys[1], keys[2], keys[3]
   CHANNEL, OP, NOW = args[1], args[2], args[3]
-  ALL_KEYS = keys
   TREE = string.match(RUN, '^[^{]*{[^}]*}')
   ROOT_ID = string.sub(string.match(TREE, '{[^}]*}$'), 2, -2)
   if RUN == TREE .. ':run' then SELF_ID = ROOT_ID else SELF_ID = string.sub(RUN, #TREE + 2, -5) end
@@ -57,8 +57,8 @@ end
 -- 'ended' is 'ended_now' for the operation whose id recorded the ending: a call sent again
 -- (its answer was lost) learns that it was the one.
 local function status_fields(code, id)
-  local f = redis.call('HMGET', id and key_of(id, 'run') or RUN, 'state', 'reason', 'at', 'signal', 'exhausted', 'budget',
-    'boundary', 'ended_by')
+  local f = redis.call('HMGET', id and key_of(id, 'run') or RUN, 'state', 'reason', 'at',
+    'signal', 'exhausted', 'budget', 'boundary', 'ended_by')
   if not f[1] then return nil end
   if code == 'ended' and OP ~= '' and f[8] == OP then code = 'ended_now' end
   return {code = code, state = f[1], reason = f[2] or '', at = f[3] or '', signal = f[4] or '',
