@@ -350,19 +350,36 @@ class GovernedTools:
         """
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
+        return await self.call_nesting(tool, tool_call_id, lambda threads, _tracing: fn(threads))
+
+    async def call_nesting(
+        self,
+        tool: str,
+        tool_call_id: str,
+        fn: Callable[[Executor, HarnessTracing | None], Awaitable[T]],
+    ) -> T:
+        """:meth:`call_with_threads` for a Tool whose work has spans of its own (a sub-agent's
+        run): ``fn(threads, tracing)``, ``tracing`` the one whose parent is the call's
+        ``execute_tool`` span (``None`` when this wrapper has no tracing)."""
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {fn!r}")
         call = _ToolCall(self, tool, tool_call_id)
         ctx = self._ctx
 
-        async def attempt() -> T:
-            threads = call.begin()
-            try:
-                # The deadline or a cancel cancels this task, and the Tool with it; a sibling's
-                # refusal that exhausted the budget does not: this call was granted, it finishes.
-                async with ctx.scope(Boundary.TOOL, cut_on_budget=False):
-                    return await fn(threads)
-            except RunTerminated as ending:
-                call.interrupted(ending, threads)
-                raise
+        def attempt_within(tracing: HarnessTracing | None) -> Callable[[], Awaitable[T]]:
+            async def attempt() -> T:
+                threads = call.begin()
+                try:
+                    # The deadline or a cancel cancels this task, and the Tool with it; a
+                    # sibling's refusal that exhausted the budget does not: this call was
+                    # granted, it finishes.
+                    async with ctx.scope(Boundary.TOOL, cut_on_budget=False):
+                        return await fn(threads, tracing)
+                except RunTerminated as ending:
+                    call.interrupted(ending, threads)
+                    raise
+
+            return attempt
 
         async def run(attempt: Callable[[], Awaitable[T]]) -> T:
             executor = self._executor
@@ -373,9 +390,11 @@ class GovernedTools:
             return call.finish(result)
 
         if self._tracing is None:
-            return await run(attempt)
+            return await run(attempt_within(None))
         classify = self._executor.classify
-        return await self._tracing.tool_call_async(tool, tool_call_id, classify, run, attempt)
+        return await self._tracing.tool_call_nesting_async(
+            tool, tool_call_id, classify, run, attempt_within
+        )
 
     def __repr__(self) -> str:
         return (
