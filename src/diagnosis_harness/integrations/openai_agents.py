@@ -728,7 +728,9 @@ class _Delegation:
         )
         error: Exception | None = None
         try:
-            async with child.scope(Boundary.MODEL):  # the child's end cuts the sub-agent's run
+            # The child's end cuts the sub-agent's run -- but for a budget refusal, which leaves
+            # the child's granted tool calls to finish, as every governed run does.
+            async with child.scope(Boundary.MODEL, cut_on_budget=False):
                 result = await invoke(nested, arguments)
         except Exception as raised:
             error = raised
