@@ -524,3 +524,76 @@ def test_a_parent_s_charges_hold_its_sub_agents_tagged_with_their_run() -> None:
     usage = parent.budget.snapshot()
     assert usage.cost == sum(cost for _, cost in journal if cost is not None)
     assert usage.children["logs"].cost == journal[1][1]
+
+
+# -- spans: the sub-agent's invoke_agent under the parent's execute_tool --------------------------
+
+
+def test_the_sub_agent_s_spans_nest_under_the_parent_s_tool_call() -> None:
+    from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415 - the otel extra
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: PLC0415
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: PLC0415
+        InMemorySpanExporter,
+    )
+    from pydantic_ai.capabilities.instrumentation import Instrumentation  # noqa: PLC0415
+    from pydantic_ai.models.instrumented import InstrumentationSettings  # noqa: PLC0415
+
+    from diagnosis_harness.integrations.otel import (  # noqa: PLC0415
+        PARENT_RUN_ID,
+        RUN_ID,
+        TERMINATION_STATE,
+    )
+    from diagnosis_harness.integrations.pydantic_ai import HarnessSpanAttributes  # noqa: PLC0415
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    instrumentation = Instrumentation(settings=InstrumentationSettings(tracer_provider=provider))
+    parent = _parent()
+    harness = HarnessCapability(parent)
+    sub_agent = _sub_agent(_two_searches)
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("ask", {"area": "logs"}, tool_call_id="a1")])
+        return ModelResponse(parts=[TextPart("diagnosed")])
+
+    agent: Agent[Deps, str] = Agent(FunctionModel(respond), deps_type=Deps)
+
+    @agent.tool
+    async def ask(ctx: AgentRunContext[Deps], area: str) -> str:
+        """Ask a sub-agent."""
+        result = await ctx.deps.harness.delegate(
+            sub_agent, area, run_id=area, span_attributes=True, capabilities=[instrumentation]
+        )
+        return str(result.output)
+
+    capabilities = [harness, HarnessSpanAttributes(harness), instrumentation]
+    result = _bounded(agent.run("why?", deps=Deps(harness), capabilities=capabilities))
+    assert result.output == "diagnosed"
+    provider.shutdown()
+
+    spans = exporter.get_finished_spans()
+    runs = {
+        (span.attributes or {}).get(RUN_ID): span
+        for span in spans
+        if RUN_ID in (span.attributes or {})
+    }
+    assert set(runs) == {"diagnosis", "logs"}, [span.name for span in spans]
+    root, child = runs["diagnosis"], runs["logs"]
+    tools = {
+        (span.attributes or {}).get("gen_ai.tool.name"): span
+        for span in spans
+        if span.name.startswith("execute_tool") or "running tool" in span.name
+    }
+    delegation = tools["ask"]
+    assert child.parent is not None
+    assert child.parent.span_id == delegation.context.span_id
+    assert (child.attributes or {})[PARENT_RUN_ID] == "diagnosis"
+    assert PARENT_RUN_ID not in (root.attributes or {})
+    assert (child.attributes or {})[TERMINATION_STATE] == "SUCCESS"
+    searches = [span for name, span in tools.items() if name == "search"]
+    assert all(
+        span.parent is not None and span.parent.span_id != delegation.context.span_id
+        for span in searches
+    )
