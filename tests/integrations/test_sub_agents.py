@@ -158,7 +158,7 @@ def _searching_sub_agent(
     async def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         if len(messages) == 1:
             await barrier.wait()
-            for _ in range(yields[_prompt(messages)]):
+            for _ in range(yields[_prompt(messages).removeprefix("dig into ")]):
                 await asyncio.sleep(0)  # a scheduling permutation, not a wait for anything
             calls = [
                 ToolCallPart("search", {"q": str(i)}, tool_call_id=f"s{i}") for i in range(asks)
@@ -500,7 +500,8 @@ def test_a_parent_s_charges_hold_its_sub_agents_tagged_with_their_run() -> None:
     price = ModelPrice(input_per_mtok=Decimal("2"), output_per_mtok=Decimal("8"))
     prices = PriceTable({"function:parent_answer:": price, "function:child_answer:": price})
     parent = _parent(cost=Decimal("1"))
-    harness = HarnessCapability(parent, prices=prices)
+    # The delegation itself costs nothing: what its sub-agent spends is counted in full.
+    harness = HarnessCapability(parent, prices=prices, tool_prices={"ask": Decimal(0)})
     sub_agent: Agent[None, str] = Agent(FunctionModel(child_answer))
     agent: Agent[Deps, str] = Agent(FunctionModel(parent_answer), deps_type=Deps)
 
@@ -592,3 +593,35 @@ def test_the_sub_agent_s_spans_nest_under_the_parent_s_tool_call() -> None:
 
 def _parent_span(span: Any) -> int | None:
     return None if span.parent is None else span.parent.span_id
+
+
+def test_a_sub_agent_with_limits_of_its_own_still_holds_its_parent_s_money() -> None:
+    """A child capped on calls alone spends its parent's money: each request holds its worst
+    case, and is sent with the max_tokens the parent's money left pays for."""
+    sent: list[object] = []
+
+    def child_answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        sent.append((info.model_settings or {}).get("max_tokens"))
+        return ModelResponse(
+            parts=[TextPart("found")], usage=RequestUsage(input_tokens=300, output_tokens=30)
+        )
+
+    price = ModelPrice(input_per_mtok=Decimal("2"), output_per_mtok=Decimal("8"))
+    parent = _parent(cost=Decimal("0.01"))  # pays for well under the default 4,096 tokens
+    harness = HarnessCapability(parent, prices=PriceTable({"function:child_answer:": price}))
+
+    result = _bounded(
+        harness.delegate(
+            Agent(FunctionModel(child_answer)), "dig", run_id="logs", limits=_limits(model_calls=3)
+        )
+    )
+
+    assert result.output == "found"
+    (charge,) = harness.charges
+    assert (charge.run_id, charge.lowered) == ("logs", True)
+    assert charge.max_tokens is not None
+    assert sent == [charge.max_tokens]
+    assert charge.held <= Decimal("0.01")
+    usage = parent.budget.snapshot()
+    assert usage.cost == usage.children["logs"].cost == charge.cost
+    assert usage.children["logs"].capped_by[BudgetDimension.COST] == "diagnosis"

@@ -181,7 +181,10 @@ def test_a_delegation_runs_the_sub_agent_on_a_child_run_and_answers_its_output(
         Reply(text="disk full on db-1", input_tokens=300, output_tokens=30),
         Reply(text="done", input_tokens=200, output_tokens=20),
     )
-    config = _config(parent, loopback, prices=PriceTable({MODEL: price}))
+    # The delegation itself costs nothing: what its sub-agent spends is counted in full.
+    config = _config(
+        parent, loopback, prices=PriceTable({MODEL: price}), tool_prices={"ask_logs": Decimal(0)}
+    )
 
     result = _bounded(run_governed(agent, "why?", run_config=config))
 

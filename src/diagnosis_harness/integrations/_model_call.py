@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, final
 from .._boundary import Boundary
 from .._errors import HarnessError
 from .._validate import non_blank_str
-from ._arguments import checked_ctx, executor_of, policy_of
+from ._arguments import checked_ctx, executor_of, money_limited, policy_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -681,6 +681,7 @@ class ModelCall:
         "_default_max_tokens",
         "_executor",
         "_journal",
+        "_money_limited",
         "_policy",
         "_price_data",
         "_prices",
@@ -720,10 +721,12 @@ class ModelCall:
                 "prices must be None or a Prices (an object with model_price(model, *, "
                 f"provider=None)), e.g. GenaiPrices() or PriceTable({{...}}), got {prices!r}"
             )
-        if prices is None and ctx.budget.limits.cost is not None:
+        self._money_limited = money_limited(ctx)  # the run's or an ancestor's; fixed
+        if prices is None and self._money_limited:
             raise ValueError(
                 f"prices is required: the run has a money limit (BudgetLimits(cost="
-                f"{ctx.budget.limits.cost})), and each model call must hold its worst case in "
+                f"{ctx.budget.limits.cost}), or an ancestor run's), and each model call must "
+                "hold its worst case in "
                 "dollars. Pass prices=GenaiPrices() (genai-prices' data, the 'prices' extra) or "
                 "prices=PriceTable({'model': ModelPrice(...)}), from diagnosis_harness.pricing"
             )
@@ -834,9 +837,8 @@ class ModelCall:
                 "request's ModelRequest(model, input_bound, max_tokens) to hold its worst case"
             )
         price = prices.model_price(request.model, provider=request.provider)  # UnknownPrice
-        limit = self._ctx.budget.limits.cost
         wanted = self._default_max_tokens if request.max_tokens is None else request.max_tokens
-        if limit is None:
+        if not self._money_limited:
             sent = request.max_tokens  # nothing added to a request that gives none
             hold = self._ctx.reserve_model_call(max_cost=self._worst(price, request, wanted))
         else:

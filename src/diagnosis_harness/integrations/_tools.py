@@ -58,7 +58,7 @@ from .._errors import HarnessError, RunTerminated
 from .._keys import ToolCallKeyFactory
 from .._retry import AttemptAbandoned, HarnessRetryExecutor
 from .._threads import WorkerThreads, wait
-from ._arguments import checked_ctx, executor_of, policy_of
+from ._arguments import checked_ctx, executor_of, money_limited, policy_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -171,7 +171,16 @@ class GovernedTools:
     the executor's. Thread- and task-safe as those are.
     """
 
-    __slots__ = ("_ctx", "_executor", "_keys", "_measure", "_policy", "_prices", "_tracing")
+    __slots__ = (
+        "_ctx",
+        "_executor",
+        "_keys",
+        "_measure",
+        "_money_limited",
+        "_policy",
+        "_prices",
+        "_tracing",
+    )
 
     def __init__(
         self,
@@ -187,6 +196,7 @@ class GovernedTools:
     ) -> None:
         self._ctx = checked_ctx(ctx)
         self._prices = {} if tool_prices is None else _tool_prices(tool_prices)
+        self._money_limited = money_limited(ctx)  # the run's or an ancestor's; fixed
         self._policy = policy_of(ctx, policy)
         self._keys = ToolCallKeyFactory(key_prefix)
         self._executor = executor_of(ctx, executor, classifier)
@@ -221,7 +231,7 @@ class GovernedTools:
         when it has none under a money limit, ``TypeError``/``ValueError`` for a ``tool`` that
         cannot name a Tool in the budget."""
         price = self._prices.get(_budget_key(tool))
-        if price is None and self._ctx.budget.limits.cost is not None:
+        if price is None and self._money_limited:
             raise UnknownToolPrice(tool)
         return price
 
