@@ -261,6 +261,73 @@ def test_two_parallel_sub_agents_run_exactly_the_parent_s_nine_tool_calls_neithe
     assert len(outcomes) > 1, outcomes
 
 
+def _threaded_parent(
+    areas: list[str], sub_agent: Agent[None, str], child_limits: BudgetLimits
+) -> Agent[Deps, str]:
+    """:func:`_delegating_parent` with a sync delegating tool: pydantic-ai runs each call in a
+    thread of its own, where the sub-agent runs on an event loop of that thread -- the two
+    sub-agents' reservations race on two threads."""
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            calls = [ToolCallPart("ask", {"area": a}, tool_call_id=f"ask-{a}") for a in areas]
+            return ModelResponse(parts=calls)
+        return ModelResponse(parts=[TextPart("diagnosed")])
+
+    parent: Agent[Deps, str] = Agent(FunctionModel(respond), deps_type=Deps)
+
+    @parent.tool
+    def ask(ctx: AgentRunContext[Deps], area: str) -> str:
+        """Ask a sub-agent to dig into one area."""
+        delegation = ctx.deps.harness.delegate(
+            sub_agent, f"dig into {area}", run_id=area, limits=child_limits
+        )
+        return str(asyncio.run(delegation).output)
+
+    return parent
+
+
+def _racing_sub_agent(barrier: threading.Barrier, asks: int) -> Agent[None, str]:
+    """A sub-agent whose model, on its own thread, waits at ``barrier`` for the other one, then
+    asks for ``asks`` searches at once."""
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            barrier.wait(BOUND)
+            return ModelResponse(parts=[_search(i) for i in range(asks)])
+        return ModelResponse(parts=[TextPart("found")])
+
+    agent: Agent[None, str] = Agent(FunctionModel(respond))
+
+    @agent.tool_plain
+    async def search(q: str) -> str:
+        """Search the area."""
+        return f"hit {q}"
+
+    return agent
+
+
+@pytest.mark.usefixtures("eager_thread_switching")
+def test_two_sub_agents_on_two_threads_run_exactly_the_parent_s_nine_tool_calls() -> None:
+    """The figure again, the two sub-agents on two threads, released together by a barrier:
+    their reservations race on the tree's one lock."""
+    for _ in range(ROUNDS):
+        parent = _parent(tool_calls=9)
+        harness = HarnessCapability(parent)
+        sub_agent = _racing_sub_agent(threading.Barrier(2), asks=8)
+        agent = _threaded_parent(["logs", "metrics"], sub_agent, _limits(tool_calls=6))
+
+        with pytest.raises(BudgetExhausted):
+            _bounded(agent.run("why?", deps=Deps(harness), capabilities=[harness]))
+
+        usage = parent.budget.snapshot()
+        assert usage.tool_calls == 9
+        counted = {area: child.tool_calls for area, child in usage.children.items()}
+        assert set(counted) == {"logs", "metrics"}
+        assert all(n <= 6 for n in counted.values()), counted
+        assert sum(counted.values()) == 7
+
+
 # -- the figure: a parent cancelled while three sub-agents are mid-request -------------------------
 
 
