@@ -49,6 +49,11 @@ the run's one terminal outcome recorded from how the agent run ended -- ``SUCCES
 output, ``FAILED`` on an exception, or the harness's own ending, whose ``RunTerminated`` reaches
 the caller itself, never wrapped in an SDK exception.
 
+:func:`governed_agent_tool` is ``Agent.as_tool`` for a sub-agent on a child run
+(``ctx.child``): each call of the tool runs the sub-agent under a run config of its own, built
+from the parent's, whose every Model and Tool call is granted only if the child and every
+ancestor can grant it.
+
 The core never imports this module; it imports ``agents`` (the ``openai-agents`` extra).
 """
 

@@ -12,8 +12,10 @@ it starts gets its parent from it -- never from OpenTelemetry's current span, an
 made current. The spans follow the GenAI semantic conventions:
 
 - ``invoke_agent {agent}`` for a run (:meth:`HarnessTracing.run`): the run's session ID as the
-  conversation's, the provider when given, and at its end the run's termination state and, for
-  ``BUDGET_EXHAUSTED``, the budget dimension that ended it;
+  conversation's, the run's ID and, for a child run (a sub-agent's), its parent's, the provider
+  when given, and at its end the run's termination state and, for ``BUDGET_EXHAUSTED``, the
+  budget dimension that ended it. A sub-agent's run span is a child of the ``execute_tool`` span
+  of the tool call that delegated to it (:meth:`HarnessTracing.tool_call_nesting_async`);
 - ``chat {model}`` for each attempt of a governed model call: the server the client sends to, the
   attempt's number and outcome, its failure kind (the executor's own classification), and of
   the answer the usage the provider reported, the model that answered, its ID and finish

@@ -41,6 +41,11 @@ those tasks, and never refuses a tool call by raising in one:
   journaled ``ABANDONED``. Either way the call is skipped like a refused one, so its siblings
   are cut by the run's end too, not by pydantic-ai cancelling them, and ``agent.run`` raises the
   run's ``RunTimedOut`` / ``RunCancelled`` at its next boundary, at once.
+- :meth:`HarnessCapability.delegate` runs a sub-agent from a tool (pydantic-ai's agent
+  delegation) on a child run (``ctx.child``) with a capability of its own: its requests and tools
+  are granted only if the child and every ancestor can grant them; the child's ending alone is a
+  failed tool result for the parent's model (:class:`SubAgentEnded`), the parent's ending is
+  raised as the parent's.
 """
 
 from __future__ import annotations
