@@ -46,13 +46,6 @@ if TYPE_CHECKING:
 ROUNDS = 10
 _SPAWN = multiprocessing.get_context("spawn")
 
-# TEMPORARY, until the Redis run trees (branch i23-redis) are merged: this checkout's RedisRun
-# refuses children with NotImplementedError. Strict: once they are merged these tests pass, the
-# xfail fails, and this marker must go.
-pytestmark = pytest.mark.xfail(
-    raises=NotImplementedError, strict=True, reason="the Redis store keeps no run trees yet"
-)
-
 
 @pytest.fixture(scope="module")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:

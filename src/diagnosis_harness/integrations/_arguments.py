@@ -11,14 +11,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, final
 
 from .._context import RunContext
-from .._limits import BudgetDimension
 from .._retry import HarnessRetryExecutor
 from .._retry_policy import RetryPolicy
 
 if TYPE_CHECKING:
     from .._retry import Classifier
 
-__all__ = ["checked_ctx", "executor_of", "money_limited", "policy_of"]
+__all__ = ["checked_ctx", "executor_of", "policy_of"]
 
 
 def checked_ctx(ctx: object) -> RunContext:
@@ -26,20 +25,6 @@ def checked_ctx(ctx: object) -> RunContext:
     if type(ctx) is not RunContext:
         raise TypeError(f"ctx must be a RunContext, got {ctx!r}")
     return ctx
-
-
-def money_limited(ctx: RunContext) -> bool:
-    """Whether the run's calls spend money under a limit: the run's own (``BudgetLimits.cost``)
-    or, for a child run (``ctx.child``) without one, an ancestor's -- every level of the path
-    counts the child's spending, so each call must hold its worst case all the same. Read once,
-    when an adapter is built: the limits of a run and its ancestors are fixed."""
-    if ctx.budget.limits.cost is not None:
-        return True
-    if ctx.parent_run_id is None:
-        return False
-    # A child without a money limit of its own: capped_by names the ancestor whose money caps
-    # it, if one has a money limit.
-    return BudgetDimension.COST in ctx.budget.snapshot().capped_by
 
 
 def policy_of(ctx: RunContext, policy: object) -> RetryPolicy:

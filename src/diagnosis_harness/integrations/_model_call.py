@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, final
 from .._boundary import Boundary
 from .._errors import HarnessError
 from .._validate import non_blank_str
-from ._arguments import checked_ctx, executor_of, money_limited, policy_of
+from ._arguments import checked_ctx, executor_of, policy_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -721,7 +721,7 @@ class ModelCall:
                 "prices must be None or a Prices (an object with model_price(model, *, "
                 f"provider=None)), e.g. GenaiPrices() or PriceTable({{...}}), got {prices!r}"
             )
-        self._money_limited = money_limited(ctx)  # the run's or an ancestor's; fixed
+        self._money_limited = ctx.budget.priced  # the run's or an ancestor's; fixed
         if prices is None and self._money_limited:
             raise ValueError(
                 f"prices is required: the run has a money limit (BudgetLimits(cost="

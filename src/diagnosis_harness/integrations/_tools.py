@@ -58,7 +58,7 @@ from .._errors import HarnessError, RunTerminated
 from .._keys import ToolCallKeyFactory
 from .._retry import AttemptAbandoned, HarnessRetryExecutor
 from .._threads import WorkerThreads, wait
-from ._arguments import checked_ctx, executor_of, money_limited, policy_of
+from ._arguments import checked_ctx, executor_of, policy_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -196,7 +196,7 @@ class GovernedTools:
     ) -> None:
         self._ctx = checked_ctx(ctx)
         self._prices = {} if tool_prices is None else _tool_prices(tool_prices)
-        self._money_limited = money_limited(ctx)  # the run's or an ancestor's; fixed
+        self._money_limited = ctx.budget.priced  # the run's or an ancestor's; fixed
         self._policy = policy_of(ctx, policy)
         self._keys = ToolCallKeyFactory(key_prefix)
         self._executor = executor_of(ctx, executor, classifier)
