@@ -20,6 +20,7 @@ from diagnosis_harness import (
     RunTerminated,
     RunTimedOut,
 )
+from diagnosis_harness._endings import LIFECYCLE_REASONS
 from strategies import new_run, state
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from diagnosis_harness import RunContext
 
 BOUND = 10.0  # seconds a thread may take before the test calls it stuck (never a sleep)
-EXPLICIT_REASONS = [r for r in CancellationReason if r is not CancellationReason.RUN_FINISHED]
+EXPLICIT_REASONS = [r for r in CancellationReason if r not in LIFECYCLE_REASONS]
 OUTCOME_OF = {
     CancellationReason.CLIENT_DISCONNECTED: RunState.CANCELLED,
     CancellationReason.USER_REQUESTED: RunState.CANCELLED,
@@ -102,12 +103,13 @@ def test_cancel_for_budget_has_no_budget_dimension() -> None:
     assert ctx.budget.snapshot().model_calls == 0
 
 
-def test_run_finished_is_refused_and_changes_nothing() -> None:
+@pytest.mark.parametrize("reason", sorted(LIFECYCLE_REASONS, key=lambda r: r.value))
+def test_a_lifecycle_reason_is_refused_and_changes_nothing(reason: CancellationReason) -> None:
     ctx = new_run()
     ran: list[CancellationReason] = []
     ctx.cancellation.register(ran.append)
-    with pytest.raises(ValueError, match="RUN_FINISHED"):
-        ctx.cancellation.cancel(CancellationReason.RUN_FINISHED)
+    with pytest.raises(ValueError, match=reason.name):
+        ctx.cancellation.cancel(reason)
     assert not ctx.cancellation.is_cancelled
     assert state(ctx) is RunState.RUNNING
     assert ran == []

@@ -48,6 +48,7 @@ FIELDS = (
     "budget",
     "retry_policies",
     "lifecycle",
+    "parent_run_id",
 )
 
 

@@ -21,6 +21,12 @@ The contract every implementation keeps:
 * **Refusals raise** the :class:`~diagnosis_harness.RunTerminated` subclass that
   :func:`~._endings.error_for` gives for the run's termination; arguments were validated by the
   handles before they reach here.
+* **A tree decides as one** (:meth:`RunBackend.create_child`). A child's reservation is granted
+  only if it and every ancestor grant it, in one decision, and then counts in each; the first of
+  them (nearest the child) to refuse ends, with every run below it on the path, on its limit.
+  Usage and settles are recorded at every level. Every ending ends each live descendant
+  ``CANCELLED`` (signalled ``PARENT_ENDED``) in the same decision, so an ended run has no live
+  descendant; callbacks run descendants first.
 
 A :class:`RunStore` makes owners that live outside this process (``RedisRunStore`` of the
 ``redis`` extra): ``RunContext.create(..., store=...)`` publishes a new run in it and
@@ -65,6 +71,21 @@ class CancellationOwner(Protocol):
 
 class RunBackend(CancellationOwner, Protocol):
     """The one owner of a run's mutable state; see the module docstring for the contract."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def parent_run_id(self) -> str | None:
+        """The run this one is a child of, ``None`` for a root."""
+
+    @property
+    def priced(self) -> bool:
+        """This run or one of its ancestors has a money limit: every call must hold a cost."""
+
+    @property
+    def store(self) -> RunStore | None:
+        """The store the run lives in (its tree's), ``None`` for a run in this process."""
 
     @property
     def limits(self) -> BudgetLimits: ...
@@ -128,7 +149,20 @@ class RunBackend(CancellationOwner, Protocol):
         """Record ``SUCCEED`` or ``FAIL`` unless the run has ended; stamped by the run clock."""
 
     def snapshot(self) -> BudgetUsage:
-        """Every counter, read in one decision."""
+        """Every counter, and every descendant's (``children``), read in one decision."""
+
+    def create_child(
+        self,
+        *,
+        run_id: str,
+        limits: BudgetLimits,
+        deadline_ns: int,
+        on_callback_error: CallbackErrorHandler,
+    ) -> RunBackend:
+        """Make a child of this live run, in its tree (its store), with its own ``limits`` and
+        the earlier of ``deadline_ns`` and this run's deadline. Refuse, changing nothing: with
+        this run's ``RunTerminated`` once it has ended; a ``run_id`` the tree holds already
+        (ValueError), or that the store holds (``RunStoreConflict``)."""
 
 
 class RunStore(Protocol):

@@ -224,6 +224,11 @@ class Cancellation:
                 "reason RUN_FINISHED is signalled by the lifecycle; "
                 "call ctx.lifecycle.succeed() or ctx.lifecycle.fail(reason) instead"
             )
+        if reason is CancellationReason.PARENT_ENDED:
+            raise ValueError(
+                "reason PARENT_ENDED is signalled when an ancestor run ends; cancel the parent "
+                "run, or cancel this one with USER_REQUESTED, SHUTDOWN or CLIENT_DISCONNECTED"
+            )
         return self._owner.cancel(reason)
 
     def register(self, callback: CancellationCallback) -> Registration:

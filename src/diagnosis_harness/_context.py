@@ -78,6 +78,7 @@ class RunContext:
 
     Every field is fixed for the run. ``lifecycle``, ``cancellation`` and ``budget`` are views of
     the run's one state owner, the same one the context's own methods decide with.
+    ``parent_run_id`` names the run this one is a child of (:meth:`child`), ``None`` for a root.
     """
 
     session_id: str
@@ -88,9 +89,10 @@ class RunContext:
     budget: Budget
     retry_policies: RetryPolicies
     lifecycle: Lifecycle
+    parent_run_id: str | None = None
     _owner: RunBackend = field(default=_NOT_BUILT, repr=False)
-    # Whether the run has a money limit, read once here from the owner's fixed limits: every
-    # reservation asks, and a field costs nothing where the owner's limits cost a call.
+    # Whether the run or an ancestor has a money limit, read once here from the owner: every
+    # reservation asks, and a field costs nothing where the owner's property costs a call.
     _priced: bool = field(default=False, repr=False)
     _key: InitVar[object] = None
 
@@ -148,6 +150,7 @@ class RunContext:
         run: RunBackend
         if store is None:
             run = LocalRun(
+                run_id=run_id,
                 limits=limits,
                 deadline_ns=deadline.instant_ns,
                 clock=clock,
@@ -243,9 +246,83 @@ class RunContext:
             Budget(run),
             retry_policies,
             Lifecycle(run),
+            run.parent_run_id,
             run,
-            run.limits.cost is not None,
+            run.priced,
             _CREATE_KEY,
+        )
+
+    def child(
+        self,
+        *,
+        run_id: str,
+        limits: BudgetLimits | None = None,
+        timeout: float | None = None,
+        deadline: Deadline | None = None,
+        retry_policies: RetryPolicies | None = None,
+        on_callback_error: CallbackErrorHandler | None = None,
+        store: RunStore | None = None,
+    ) -> RunContext:
+        """A child run of this one -- a sub-agent's -- that draws on this run's budget, deadline
+        and cancellation.
+
+        Every reservation of the child (and of its own children) is granted only if the child
+        and every run above it can grant it, in one all-or-nothing decision, and then counts in
+        each: this run's counters include its children's usage as it happens, and
+        ``snapshot().children`` gives each child's own. ``limits`` is the child's own cap (its
+        share); without it the child is capped by this run alone (its limits are this run's). A
+        cap above what this run has left is allowed -- this run caps it anyway, and the child's
+        ``snapshot().capped_by`` says which limits bind where.
+
+        The child's deadline is the earlier of its own (``timeout`` seconds from now, or
+        ``deadline``; at most one) and this run's. When this run ends, however it ends, every
+        live descendant ends ``CANCELLED`` with it (signalled ``PARENT_ENDED``), their callbacks
+        before this run's. A child's ending never ends this run, except that a reservation or a
+        usage report that passes this run's limit exhausts this run as well: it is this run's
+        budget.
+
+        The child has this run's session, clock and (by default) retry policies, and lives where
+        this run does; ``store``, when given, must be that store. Refused, with nothing created:
+        a child of an ended run (this run's ``RunTerminated``), a ``run_id`` its tree holds
+        already (ValueError; a run cannot be its own ancestor), or one the store holds
+        (``RunStoreConflict``).
+        """
+        run_id = _identity("run_id", run_id)
+        if limits is None:
+            limits = self._owner.limits
+        elif type(limits) is not BudgetLimits:
+            raise TypeError(f"limits must be BudgetLimits or None, got {limits!r}")
+        if timeout is not None and deadline is not None:
+            raise ValueError("give at most one of deadline and timeout (neither: the parent's)")
+        if timeout is not None:
+            own_ns = Deadline.after(self.clock, seconds("timeout", timeout)).instant_ns
+        elif deadline is None:
+            own_ns = self.deadline.instant_ns
+        elif type(deadline) is Deadline:
+            own_ns = deadline.instant_ns
+        else:
+            raise TypeError(f"deadline must be a Deadline or None, got {deadline!r}")
+        if retry_policies is None:
+            retry_policies = self.retry_policies
+        elif type(retry_policies) is not RetryPolicies:
+            raise TypeError(f"retry_policies must be RetryPolicies, got {retry_policies!r}")
+        handler = checked_error_handler(on_callback_error)
+        if store is not None and store is not self._owner.store:
+            where = "this process" if self._owner.store is None else repr(self._owner.store)
+            raise ValueError(
+                f"store must be the parent's store or None: a child lives in its parent's tree, "
+                f"and run {self.run_id!r} lives in {where}, got {store!r}"
+            )
+        run = self._owner.create_child(
+            run_id=run_id, limits=limits, deadline_ns=own_ns, on_callback_error=handler
+        )
+        return self._of(
+            session_id=self.session_id,
+            run_id=run_id,
+            deadline=Deadline.at_ns(run.deadline_ns),
+            clock=self.clock,
+            retry_policies=retry_policies,
+            run=run,
         )
 
     # -- the gate and the boundaries: each reads the clock once, and the run decides -----------

@@ -24,11 +24,14 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 __all__ = [
+    "ANCESTOR_ENDED",
+    "ANCESTOR_LIMIT",
     "CANCELLED",
     "COST_EXCEEDED",
     "COST_REFUSED",
     "DEADLINE_EXCEEDED",
     "ENDINGS",
+    "LIFECYCLE_REASONS",
     "LIMIT",
     "LIMIT_BOUNDARY",
     "MODEL_CALLS_REFUSED",
@@ -64,6 +67,9 @@ class CancellationReason(enum.Enum):
     """A budget limit was reached (the run is ``BUDGET_EXHAUSTED``)."""
     RUN_FINISHED = "run_finished"
     """The run recorded ``SUCCESS`` or ``FAILED``: release resources. Not for ``cancel()``."""
+    PARENT_ENDED = "parent_ended"
+    """An ancestor run ended, so this child run is ``CANCELLED`` (``RunContext.child``): the
+    ending of a run cascades to every live descendant. Not for ``cancel()``."""
 
 
 @final
@@ -155,10 +161,15 @@ ENDINGS: Mapping[RunState, Ending] = MappingProxyType({e.state: e for e in _ROWS
 """Each terminal state's ending."""
 
 _BY_EVENT: Mapping[LifecycleEvent, Ending] = MappingProxyType({e.event: e for e in _ROWS})
-# RUN_FINISHED is signalled by SUCCESS and FAILED alone; cancel() refuses it.
+# RUN_FINISHED is signalled by SUCCESS and FAILED alone, PARENT_ENDED by an ancestor's ending;
+# cancel() refuses both.
 _BY_SIGNAL: dict[CancellationReason | None, Ending] = {
     e.signal: e for e in _ROWS if e.signal not in (None, CancellationReason.RUN_FINISHED)
 }
+LIFECYCLE_REASONS: Final = frozenset(
+    {CancellationReason.RUN_FINISHED, CancellationReason.PARENT_ENDED}
+)
+"""The reasons the lifecycle signals itself, which ``cancel()`` refuses."""
 
 
 @final
@@ -217,6 +228,16 @@ COST_EXCEEDED: Final = ReasonText("cost", "{limit} exceeded: {settled} settled, 
 """A settled actual cost that took settled + held past the money limit (US dollars)."""
 CANCELLED: Final = ReasonText("cancelled", "cancelled: {reason}")
 """``cancel(reason)``: the reason's name."""
+ANCESTOR_ENDED: Final = ReasonText(
+    "ancestor_ended", "cancelled: ancestor run {run} ended {state}: {reason}"
+)
+"""A child run cancelled because a run above it ended: that run's ID (``repr``), its terminal
+state's name and its own reason."""
+ANCESTOR_LIMIT: Final = ReasonText(
+    "ancestor_limit", "{dimension} limit of ancestor run {run} {detail}"
+)
+"""``BUDGET_EXHAUSTED`` by a limit of a run above: the caller's reservation (or usage) passed
+that run's limit, so it ends as that run does; ``detail`` is the text the ancestor records."""
 
 REASON_TEXTS: Final = (
     DEADLINE_EXCEEDED,
@@ -229,6 +250,8 @@ REASON_TEXTS: Final = (
     COST_REFUSED,
     COST_EXCEEDED,
     CANCELLED,
+    ANCESTOR_ENDED,
+    ANCESTOR_LIMIT,
 )
 """Every reason text the harness writes on every store; the Redis prelude renders each one."""
 

@@ -101,6 +101,13 @@ class BudgetUsage:
     Money is kept in integer picodollars (:func:`diagnosis_harness.pricing.to_units`):
     ``cost_units`` settled, ``cost_held_units`` held by reservations not settled yet; the
     properties :attr:`cost` and :attr:`cost_held` give them in US dollars, as ``Decimal``.
+
+    A run with children (``RunContext.child``) counts their usage in its own counters as it
+    happens; ``children`` gives each child's own reading by run ID (recursively, in creation
+    order, taken in the same decision). ``capped_by`` names, for each limit where a run above
+    leaves this run less than its own limit does (a child's cap above what its parent has left),
+    the run ID of the one leaving the least: that is the limit that binds. Both are empty for a
+    run without children or without a parent.
     """
 
     model_calls: int
@@ -113,6 +120,8 @@ class BudgetUsage:
     exhausted: BudgetDimension | None
     cost_units: int = 0
     cost_held_units: int = 0
+    children: Mapping[str, BudgetUsage] = field(default_factory=lambda: MappingProxyType({}))
+    capped_by: Mapping[BudgetDimension, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def cost(self) -> Decimal:
@@ -132,4 +141,7 @@ class BudgetUsage:
         counters = (self.model_calls, self.tool_calls, self.input_tokens, self.output_tokens)
         per_tool = frozenset(self.per_tool_calls.items())
         money = (self.cost_units, self.cost_held_units)
-        return hash((counters, per_tool, self.total_tokens, self.run_bytes, self.exhausted, money))
+        tree = (frozenset(self.children.items()), frozenset(self.capped_by.items()))
+        return hash(
+            (counters, per_tool, self.total_tokens, self.run_bytes, self.exhausted, money, tree)
+        )

@@ -265,6 +265,8 @@ _VALUES: dict[str, str | int] = {
     "hold": "$0.4",  # the money texts are given dollars already worded
     "settled": "$9007.199254740991",
     "held": "$1E-12",
+    "run": "'diag'",  # a run ID is given as its repr
+    "state": "BUDGET_EXHAUSTED",
 }
 
 

@@ -49,7 +49,7 @@ from ._stateful import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    from .._cancellation import Pending
+    from .._local_run import Deliveries
     from ._counterexample import Counterexample
     from ._stateful import _ProbeMachine
 
@@ -79,7 +79,9 @@ def _end_locked_replaceable(
     reason: str,
     at_ns: int,
     boundary: Boundary | None = None,
-) -> Pending | None:
+    *,
+    origin: LocalRun | None = None,  # noqa: ARG001 - the real method's; the bug cascades nothing
+) -> Deliveries | None:
     """The bug: every ending is recorded, whether or not the run had already ended."""
     row = LIFECYCLE.take(LIFECYCLE.initial, event)  # as if the run were still RUNNING
     assert row is not None
@@ -87,7 +89,7 @@ def _end_locked_replaceable(
     self._termination = RunTermination(row.target, reason, at_ns, boundary)
     signal = ending_of(event).signal
     pending = None if signal is None else self._signal.signal(signal)
-    return [] if pending is None else pending
+    return [(self._signal, [] if pending is None else pending)]
 
 
 def replaceable_terminal() -> AbstractContextManager[None]:

@@ -29,6 +29,7 @@ from .. import (
     RunTerminated,
     RunTimedOut,
 )
+from .._endings import LIFECYCLE_REASONS
 from .._generated.tables import (
     BUDGET,
     LIFECYCLE,
@@ -63,9 +64,10 @@ __all__ = [
 ]
 
 EXPLICIT_REASONS: Final[tuple[CancellationReason, ...]] = tuple(
-    reason for reason in CancellationReason if reason is not CancellationReason.RUN_FINISHED
+    reason for reason in CancellationReason if reason not in LIFECYCLE_REASONS
 )
-"""Every reason ``cancel()`` accepts (``RUN_FINISHED`` is the lifecycle's own)."""
+"""Every reason ``cancel()`` accepts (``RUN_FINISHED`` and ``PARENT_ENDED`` are the lifecycle's
+own)."""
 
 _EVENT_FOR_REASON: Final[Mapping[CancellationReason, LifecycleEvent]] = MappingProxyType(
     {

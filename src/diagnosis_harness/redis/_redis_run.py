@@ -60,6 +60,7 @@ from ._protocol import STATUS_FIELDS, Held, Passed, Snapshot, Status, Unknown, s
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from .._backend import RunStore
     from .._cancellation import CallbackErrorHandler, CancellationCallback
     from .._clock import Clock
     from .._endings import CancellationReason
@@ -67,7 +68,7 @@ if TYPE_CHECKING:
     from ._bounded import Bound
     from ._link import StoreLink
     from ._protocol import Answer
-    from ._store import RunKeys
+    from ._store import RedisRunStore, RunKeys
 
 __all__ = ["RedisRun"]
 
@@ -99,6 +100,7 @@ class RedisRun:
         "_lock",
         "_offset",
         "_signal",
+        "_store",
         "_termination",
         "_unsent",
         "_unsent_lock",
@@ -115,8 +117,10 @@ class RedisRun:
         offset: int,
         clock: Clock,
         on_callback_error: CallbackErrorHandler,
+        store: RedisRunStore,
     ) -> None:
         self._link = link
+        self._store = store
         self._keys = keys
         self._limits = limits
         self.deadline_ns = deadline_ns  # the stored instant on this process's clock
@@ -138,8 +142,34 @@ class RedisRun:
         return self._keys.run_id
 
     @property
+    def parent_run_id(self) -> str | None:
+        return None  # run trees on Redis: not yet
+
+    @property
+    def priced(self) -> bool:
+        return self._limits.cost is not None
+
+    @property
+    def store(self) -> RunStore:
+        return self._store
+
+    @property
     def limits(self) -> BudgetLimits:
         return self._limits
+
+    def create_child(
+        self,
+        *,
+        run_id: str,
+        limits: BudgetLimits,
+        deadline_ns: int,
+        on_callback_error: CallbackErrorHandler,
+    ) -> RedisRun:
+        """Not yet: a run tree lives in one process for now."""
+        raise NotImplementedError(
+            f"run {self.run_id!r} lives in a RedisRunStore, which keeps no run trees yet: "
+            "create the parent without store= to give it children"
+        )
 
     @property
     def ending_delivered(self) -> bool:

@@ -227,6 +227,7 @@ class RedisRunStore:
             offset=offset,
             clock=clock,
             on_callback_error=on_callback_error,
+            store=self,
         )
         # No read here, which could fail after the run was published: the listener reads the
         # run once the subscription is live, which finds an ending another process recorded.
@@ -281,6 +282,7 @@ class RedisRunStore:
             offset=offset,
             clock=clock,
             on_callback_error=on_callback_error,
+            store=self,
         )
         run.refresh()  # an ending read here is delivered now; a callback registered later runs
         # inside register(), and the owner has nothing left to learn from the listener
