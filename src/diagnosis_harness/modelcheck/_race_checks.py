@@ -14,6 +14,11 @@ for one money limit, two at a time exhaustively (once against a cancel), three p
 ``deep`` only, and sixteen $0.10 calls under $1.00 under Hypothesis-chosen schedules: exactly
 ten run.
 
+A run tree: a parent's cancel racing its children's Tool-call reservations (nothing granted
+after the parent's ending, every child ended by it, each callback once, the children's before
+the parent's), three children under 30 Hypothesis-chosen schedules in ``ci``; in ``deep``, every
+schedule of two children (with and without money holds) and 1,000 schedules of three.
+
 Each race names one spec scenario; :func:`run_checks` charges a race's failure to it alone, with
 the violating schedule as a :class:`~._counterexample.Counterexample` that
 :func:`replay_schedule` replays.
@@ -37,6 +42,7 @@ from ._races import (
     reservation_race,
     snapshot_race,
     terminal_race,
+    tree_cancel_race,
     usage_race,
 )
 from ._results import CheckResult, ScenarioTally
@@ -101,6 +107,10 @@ def plan(profile: str) -> list[RaceCheck]:
     ]
     money_three = [money_race([10, 10], hold=10, limit=15, ender=True)]
     paid = paid_tool_race(16, price=10, limit=100)  # $0.10 calls under $1.00: exactly 10 run
+    # A run tree: the parent's cancel racing three children's reservations. Every schedule of
+    # even two children with one call each is 1,374 (the cascade passes a scheduling point per
+    # run), so CI draws a few under Hypothesis and deep enumerates the small trees.
+    tree = tree_cancel_race([1, 1, 1])
     every_racer = terminal_race(*RACERS)
     four = terminal_race("succeed", "fail", "deadline", "budget")
     if profile != "deep":
@@ -110,6 +120,7 @@ def plan(profile: str) -> list[RaceCheck]:
             RaceCheck(every_racer, examples=50),
             RaceCheck(four, examples=50),
             RaceCheck(paid, examples=50),
+            RaceCheck(tree, examples=30),
         ]
     raced = {frozenset(s.actor_names) for s in two}
     names = list(RACERS)
@@ -135,8 +146,13 @@ def plan(profile: str) -> list[RaceCheck]:
         money_race([10, 10, 10], hold=10, limit=20, watch=False),
         money_race([15, 5, 10], hold=10, limit=20, watch=False),
     ]
+    trees = [
+        tree_cancel_race([1, 1]),
+        tree_cancel_race([2, 1]),
+        tree_cancel_race([1, 1], hold=10),
+    ]
     return [
-        *(RaceCheck(s) for s in two + three + fours + money_two + money_three),
+        *(RaceCheck(s) for s in two + three + fours + money_two + money_three + trees),
         *(RaceCheck(s, release_points=True) for s in two + three),
         *(RaceCheck(s, release_points=True) for s in money_two),
         RaceCheck(paid, examples=1_000),
@@ -151,6 +167,8 @@ def plan(profile: str) -> list[RaceCheck]:
             examples=1_000,
         ),
         RaceCheck(capacity_race([[2, 3], [3], [1], [4]], limit=6), examples=1_000),
+        RaceCheck(tree, examples=1_000),
+        RaceCheck(tree_cancel_race([2, 2, 2], hold=10), examples=1_000),
     ]
 
 
