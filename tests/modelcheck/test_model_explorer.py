@@ -52,7 +52,7 @@ from diagnosis_harness.modelcheck._probe_config import ProbeConfig, policies_wit
 from diagnosis_harness.modelcheck._probe_script import Attempt, Effect
 
 if TYPE_CHECKING:
-    from diagnosis_harness._cancellation import Pending
+    from diagnosis_harness._local_run import Deliveries
 
 
 @pytest.mark.model_check
@@ -326,7 +326,7 @@ def test_a_disagreement_names_what_differs() -> None:
         probe.check_invariants()
 
 
-def _time_out_rewriting(self: LocalRun, boundary: Boundary, now_ns: int) -> Pending | None:
+def _time_out_rewriting(self: LocalRun, boundary: Boundary, now_ns: int) -> Deliveries | None:
     """A planted bug, written as ``LocalRun``'s own code: a boundary that finds the run timed out
     records the time-out again -- the same state at the same instant, its own boundary in the
     reason -- where the first ``RunTermination`` must stay."""

@@ -298,7 +298,7 @@ def test_sixteen_parallel_ten_cent_calls_under_a_dollar_run_exactly_ten(
 def test_a_parent_cancelled_while_its_children_reserve_grants_them_nothing_after(
     calls: list[int], hold: int
 ) -> None:
-    """Three children reserving Tool calls (holding the parent's money, or not) while their
+    """Three children reserving Model calls (holding the parent's money, or not) while their
     parent is cancelled, under Hypothesis-chosen schedules: nothing granted after the parent's
     ending, every child ended by it, each callback once, the children's before the parent's;
     the parent counted exactly the calls granted. (Every schedule of two children is 1,374:

@@ -14,7 +14,7 @@ for one money limit, two at a time exhaustively (once against a cancel), three p
 ``deep`` only, and sixteen $0.10 calls under $1.00 under Hypothesis-chosen schedules: exactly
 ten run.
 
-A run tree: a parent's cancel racing its children's Tool-call reservations (nothing granted
+A run tree: a parent's cancel racing its children's Model-call reservations (nothing granted
 after the parent's ending, every child ended by it, each callback once, the children's before
 the parent's), three children under 30 Hypothesis-chosen schedules in ``ci``; in ``deep``, every
 schedule of two children (with and without money holds) and 1,000 schedules of three.

@@ -1100,10 +1100,10 @@ TREE_PARENT: Final = "parent"
 
 @final
 class TreeCancelRace(Race):
-    """A parent's ``cancel(CLIENT_DISCONNECTED)`` racing its children's Tool-call reservations.
+    """A parent's ``cancel(CLIENT_DISCONNECTED)`` racing its children's Model-call reservations.
 
     The parent has ``len(calls)`` children, made before the race, each with one callback, and so
-    has the parent; actor ``i`` reserves ``calls[i]`` Tool calls on child ``i`` in turn (holding
+    has the parent; actor ``i`` reserves ``calls[i]`` Model calls on child ``i`` in turn (holding
     ``hold`` cents of the parent's money each when ``hold``), stopping at its first refusal; one
     more actor cancels the parent, then reads the tree's usage. Invariant: nothing is granted to
     any child after the parent's ending (the usage read after the cancel is the final usage);
@@ -1158,7 +1158,7 @@ class TreeCancelRace(Race):
         def reserve_all() -> None:
             for _ in range(self._calls[index]):
                 try:
-                    child.reserve_tool_call("t", max_cost=max_cost)
+                    child.reserve_model_call(max_cost=max_cost)
                 except RunTerminated as error:
                     self._refused[index].append(error)
                     return
@@ -1178,7 +1178,7 @@ class TreeCancelRace(Race):
             )
         held = self._hold * _CENT
         granted = sum(self._granted)
-        if usage.tool_calls != granted or usage.cost_held_units != granted * held:
+        if usage.model_calls != granted or usage.cost_held_units != granted * held:
             raise InvariantViolation(
                 f"the parent counted {usage}, its children were granted {self._granted} calls"
             )
@@ -1197,9 +1197,9 @@ class TreeCancelRace(Race):
             raise InvariantViolation(f"{child.run_id} outlived its parent: {termination}")
         if not termination.reason.startswith(cascade):
             raise InvariantViolation(f"{child.run_id} ended {termination.reason!r}")
-        if usage.tool_calls != self._granted[index]:
+        if usage.model_calls != self._granted[index]:
             raise InvariantViolation(
-                f"{child.run_id} counted {usage.tool_calls}, granted {self._granted[index]}"
+                f"{child.run_id} counted {usage.model_calls}, granted {self._granted[index]}"
             )
         refused = self._refused[index]
         if self._granted[index] < self._calls[index] and not refused:
@@ -1225,7 +1225,7 @@ class TreeCancelRace(Race):
 
 
 def tree_cancel_race(calls: Sequence[int], *, hold: int = 0) -> Scenario:
-    """A parent's cancel racing ``len(calls)`` children reserving ``calls[i]`` Tool calls each,
+    """A parent's cancel racing ``len(calls)`` children reserving ``calls[i]`` Model calls each,
     holding ``hold`` cents of the parent's money per call when ``hold`` (see
     :class:`TreeCancelRace`)."""
     frozen = tuple(calls)
