@@ -31,11 +31,20 @@ the runtime is; it reads nothing of the runtime's state.
 
 from __future__ import annotations
 
+import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, final
 
+import hypothesis
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from .. import Boundary, BudgetLimits, CancellationReason, RunContext, RunState
 from .._errors import RunTerminated
@@ -43,13 +52,19 @@ from .._limits import BudgetDimension, BudgetUsage
 from .._money import to_units
 from ..pricing import from_units
 from ..testing import ManualClock
+from ._counterexample import Counterexample
 from ._disagreement import Disagreement
+from ._results import CheckResult, ScenarioTally
+from ._spec_scenarios import CLIENT_DISCONNECTS, PER_TOOL
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from decimal import Decimal
 
+    from hypothesis import settings
+
     from .._budget import CallHold
+    from ._spec_scenarios import SpecScenario
 
 __all__ = [
     "CHILD_A",
@@ -57,9 +72,11 @@ __all__ = [
     "CHILD_B",
     "PARENT",
     "PARENT_LIMITS",
+    "TREE_SCENARIOS",
     "RefRun",
     "TreeMachine",
     "TreeReference",
+    "check_tree_machine",
 ]
 
 _NS: Final = 1_000_000_000
@@ -476,6 +493,8 @@ class TreeMachine(RuleBasedStateMachine):
         self.ref = TreeReference()
         self.delivered: list[tuple[str, CancellationReason]] = []
         self.holds: list[_Hold] = []
+        self.trail: list[str] = []  # this example's steps, in order (a counterexample's steps)
+        self.exercised: list[SpecScenario] = []  # the spec scenario of each step, in order
         for run_id, ctx in self.ctx.items():
             ctx.cancellation.register(self._callback(run_id))
 
@@ -484,6 +503,12 @@ class TreeMachine(RuleBasedStateMachine):
             self.delivered.append((run_id, reason))
 
         return callback
+
+    def _did(self, scenario: SpecScenario, step: str) -> None:
+        """Note a step and its spec scenario: the budget's for a reservation, a settle or a
+        usage report, the cancellation's for an ending, a gate check or the clock."""
+        self.trail.append(step)
+        self.exercised.append(scenario)
 
     # -- comparing ---------------------------------------------------------------------------
 
@@ -517,6 +542,7 @@ class TreeMachine(RuleBasedStateMachine):
         least: int | None = None,
         n: int = 0,
     ) -> None:
+        self._did(PER_TOOL, step)
         want = self.ref.reserve(run_id, boundary, tool=tool, hold=hold, least=least, n=n)
         try:
             got = call()
@@ -586,6 +612,15 @@ class TreeMachine(RuleBasedStateMachine):
         held = self.holds.pop(index % len(self.holds))
         if not held.model:
             input_tokens = output_tokens = 0
+        self._did(
+            PER_TOOL,
+            f"{held.run_id}: settle(cost={cost}"
+            + (
+                f", input_tokens={input_tokens}, output_tokens={output_tokens})"
+                if held.model
+                else ")"
+            ),
+        )
         self.ref.record(
             held.run_id,
             input_tokens=input_tokens,
@@ -607,6 +642,7 @@ class TreeMachine(RuleBasedStateMachine):
         output_tokens=st.integers(0, 3),
     )
     def record_token_usage(self, run_id: str, input_tokens: int, output_tokens: int) -> None:
+        self._did(PER_TOOL, f"{run_id}.record_token_usage({input_tokens}, {output_tokens})")
         self.ref.record(
             run_id, input_tokens=input_tokens, output_tokens=output_tokens, settle=False
         )
@@ -614,12 +650,14 @@ class TreeMachine(RuleBasedStateMachine):
 
     @rule(run_id=st.sampled_from(RUNS))
     def cancel(self, run_id: str) -> None:
+        self._did(CLIENT_DISCONNECTS, f"{run_id}.cancel(USER_REQUESTED)")
         want = self.ref.cancel(run_id)
         got = self.ctx[run_id].cancellation.cancel(CancellationReason.USER_REQUESTED)
         self._answer(f"{run_id}.cancel(USER_REQUESTED)", want, got)
 
     @rule(run_id=st.sampled_from(RUNS), success=st.booleans())
     def finish(self, run_id: str, success: bool) -> None:
+        self._did(CLIENT_DISCONNECTS, f"{run_id}.{'succeed' if success else 'fail'}()")
         want = self.ref.finish(run_id, success=success)
         lifecycle = self.ctx[run_id].lifecycle
         result = lifecycle.succeed() if success else lifecycle.fail("failed")
@@ -627,6 +665,7 @@ class TreeMachine(RuleBasedStateMachine):
 
     @rule(run_id=st.sampled_from(RUNS))
     def check(self, run_id: str) -> None:
+        self._did(CLIENT_DISCONNECTS, f"{run_id}.check(GUARD)")
         want = self.ref.check(run_id)
         try:
             self.ctx[run_id].check(Boundary.GUARD)
@@ -641,6 +680,7 @@ class TreeMachine(RuleBasedStateMachine):
 
     @rule(seconds=st.sampled_from([1, 2, 4]))
     def advance(self, seconds: int) -> None:
+        self._did(CLIENT_DISCONNECTS, f"clock.advance({seconds})")
         self.ref.advance(seconds)
         self.clock.advance(seconds)
 
@@ -724,3 +764,87 @@ class TreeMachine(RuleBasedStateMachine):
                         model="every descendant ends with it",
                         runtime=f"{child.run_id} RUNNING",
                     )
+
+
+# -- as a check of the model-check command ---------------------------------------------------
+
+TREE_SCENARIOS: Final[tuple[SpecScenario, ...]] = (PER_TOOL, CLIENT_DISCONNECTS)
+"""The spec scenarios the tree machine's steps exercise: reservations at every level of a tree
+refused at their limits (with settles and usage reports), and endings stopping the children's
+work (cancels, endings, gate checks, the clock). An example is credited to the scenarios of its
+steps; a failure is charged to the scenario of the step that failed."""
+
+
+def check_tree_machine(
+    *,
+    settings: settings | None = None,
+    tick: Callable[[str, int, int | None], None] | None = None,
+) -> CheckResult:
+    """Run :class:`TreeMachine` under ``settings`` (by default the loaded Hypothesis profile);
+    its typed result. The shrunk failing example (Hypothesis runs it last) is the counterexample,
+    its steps the machine's. ``tick("examples", done, total)`` after each example starts."""
+    chosen = hypothesis.settings() if settings is None else settings
+    total = chosen.max_examples
+    seen: list[TreeMachine] = []  # the latest example's machine
+    counts = [0, 0]  # examples, steps of the examples before the latest
+    credits: Counter[SpecScenario] = Counter()  # examples per scenario, but the latest
+
+    class Counted(TreeMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            if seen:
+                counts[1] += len(seen[0].trail)
+                credits.update(set(seen[0].exercised))
+            seen[:] = [self]
+            counts[0] += 1
+            if tick is not None:
+                tick("examples", counts[0], total)
+
+    Counted.__name__ = Counted.__qualname__ = TreeMachine.__name__
+    started = time.perf_counter()
+    failure: Exception | None = None
+    try:
+        run_state_machine_as_test(Counted, settings=chosen)
+    except Exception as error:  # a failing example, shrunk; charged below
+        failure = error
+    seconds = time.perf_counter() - started
+    steps = counts[1] + (len(seen[0].trail) if seen else 0)
+    tally = ScenarioTally("examples")
+    latest = seen[0].exercised if seen else []
+    if failure is None:
+        credits.update(set(latest))
+    for pair in TREE_SCENARIOS:
+        if credits[pair]:
+            tally.count([pair], credits[pair])
+    if failure is not None:
+        actions = list(seen[0].trail) if seen else []
+        message = str(failure).strip() or type(failure).__name__
+        culprit = latest[-1:] or list(TREE_SCENARIOS)  # the failing step's (the last one)
+        tally.charge(
+            culprit,
+            Counterexample.of(
+                "hypothesis",
+                f"TreeMachine: {message.splitlines()[0]}",
+                actions,
+                disagreement=len(actions) - 1 if actions else None,
+                model=failure.model if isinstance(failure, Disagreement) else None,
+                runtime=failure.runtime if isinstance(failure, Disagreement) else None,
+                replay=(
+                    "from hypothesis.stateful import run_state_machine_as_test; "
+                    "from diagnosis_harness.modelcheck._tree_stateful import TreeMachine; "
+                    "run_state_machine_as_test(TreeMachine)  # under the same Hypothesis profile"
+                ),
+            ),
+            0,
+        )
+    return CheckResult(
+        name="TreeMachine",
+        kind="stateful",
+        passed=failure is None,
+        summary=(
+            f"{counts[0]:,} examples, {steps:,} steps, {seconds:.1f} s (a parent and two "
+            f"children): {'ok' if failure is None else 'FAILED'}"
+        ),
+        scenarios=tally.results(),
+        figures=(("examples", counts[0]), ("steps", steps), ("seconds", round(seconds, 3))),
+    )
