@@ -243,6 +243,9 @@ def test_a_partial_hold_is_the_least_any_level_leaves() -> None:
 def test_a_child_of_a_priced_parent_must_hold_a_cost() -> None:
     parent = new_run(run_id="diag", budget=limits(cost=D("1.00")))
     child = parent.child(run_id="logs", limits=limits())  # no money limit of its own
+    assert child.budget.limits.cost is None
+    assert child.budget.priced  # its parent's money limit caps it
+    assert not new_run().budget.priced
     with pytest.raises(ValueError, match="max_cost"):
         child.reserve_model_call()
     assert parent.budget.snapshot().model_calls == 0

@@ -49,6 +49,12 @@ class Budget:
         return self._owner.limits
 
     @property
+    def priced(self) -> bool:
+        """The run or one of its ancestors has a money limit: every Model and Tool call must
+        hold its worst case (``max_cost``) when it is reserved."""
+        return self._owner.priced
+
+    @property
     def state(self) -> BudgetState:
         return self._owner.budget_state
 

@@ -166,7 +166,7 @@ _BY_EVENT: Mapping[LifecycleEvent, Ending] = MappingProxyType({e.event: e for e 
 _BY_SIGNAL: dict[CancellationReason | None, Ending] = {
     e.signal: e for e in _ROWS if e.signal not in (None, CancellationReason.RUN_FINISHED)
 }
-LIFECYCLE_REASONS: Final = frozenset(
+LIFECYCLE_REASONS: Final[frozenset[CancellationReason]] = frozenset(
     {CancellationReason.RUN_FINISHED, CancellationReason.PARENT_ENDED}
 )
 """The reasons the lifecycle signals itself, which ``cancel()`` refuses."""

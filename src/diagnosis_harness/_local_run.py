@@ -152,7 +152,6 @@ class LocalRun:
         "_model_calls",
         "_output_tokens",
         "_overrides",
-        "_parent",
         "_per_tool",
         "_priced",
         "_run_bytes",
@@ -177,7 +176,6 @@ class LocalRun:
     ) -> None:
         """A root run, or (``parent``, from :meth:`create_child` under the tree's lock) a child."""
         self._run_id = run_id
-        self._parent = parent
         self._children: list[LocalRun] = []
         if parent is None:
             self._ancestors: tuple[LocalRun, ...] = ()
@@ -226,7 +224,7 @@ class LocalRun:
 
     @property
     def parent_run_id(self) -> str | None:
-        return None if self._parent is None else self._parent._run_id
+        return self._ancestors[0]._run_id if self._ancestors else None
 
     @property
     def priced(self) -> bool:
@@ -343,7 +341,7 @@ class LocalRun:
     def _capped_by_locked(self) -> dict[BudgetDimension, str]:
         """Per limit, the ancestor that leaves this run less than its own limit does, the one
         leaving the least (the nearest on a tie): the limit that binds this run there."""
-        if self._parent is None:
+        if not self._ancestors:
             return {}
         least = self._rooms_locked()
         capped: dict[BudgetDimension, str] = {}
@@ -373,7 +371,7 @@ class LocalRun:
     # under the same lock.
 
     def reserve_model_call(self, now_ns: int, hold: int = 0, least: int | None = None) -> int:
-        if self._parent is not None:
+        if self._ancestors:  # a child: the tree decides
             return self._grant_in_tree(Boundary.MODEL, now_ns, hold=hold, least=least)
         limit = self._limits.model_calls
         cost_limit = self._cost_limit
@@ -414,7 +412,7 @@ class LocalRun:
         return self._refuse(Boundary.MODEL, deliveries)  # raises: the run has ended
 
     def reserve_tool_call(self, tool: str, now_ns: int, hold: int = 0) -> None:
-        if self._parent is not None:
+        if self._ancestors:  # a child: the tree decides
             self._grant_in_tree(Boundary.TOOL, now_ns, tool=tool, hold=hold)
             return
         limits = self._limits
@@ -469,7 +467,7 @@ class LocalRun:
         output_tokens: int,
         now_ns: int,
     ) -> None:
-        if self._parent is not None:
+        if self._ancestors:  # a child: the tree decides
             self._record_in_tree(
                 _SETTLE,
                 now_ns,
@@ -509,7 +507,7 @@ class LocalRun:
         self._deliver(deliveries)
 
     def reserve_bytes(self, n: int, now_ns: int) -> None:
-        if self._parent is not None:
+        if self._ancestors:  # a child: the tree decides
             self._grant_in_tree(Boundary.CAPACITY, now_ns, n=n)
             return
         limit = self._limits.run_bytes
@@ -534,7 +532,7 @@ class LocalRun:
         self._refuse(Boundary.CAPACITY, deliveries)
 
     def record_token_usage(self, input_tokens: int, output_tokens: int, now_ns: int) -> None:
-        if self._parent is not None:
+        if self._ancestors:  # a child: the tree decides
             self._record_in_tree(_RECORD_USAGE, now_ns, None, tokens=(input_tokens, output_tokens))
             return
         limits = self._limits
@@ -627,8 +625,10 @@ class LocalRun:
         return None
 
     def _count_locked(self, boundary: Boundary, tool: str, hold: int, n: int) -> None:
-        """Count a granted reservation in this run (every check passed)."""
-        self._step_budget_locked(_RESERVE)
+        """Count a granted reservation in this run (every check passed). The budget's step is
+        the one taken from the table at import: the run is live, so its budget is ACTIVE."""
+        assert self._budget_state is _GRANT.source  # EXHAUSTED only once the run has ended
+        self._budget_state = _GRANT.target
         if boundary is Boundary.MODEL:
             self._model_calls += 1
         elif boundary is Boundary.TOOL:

@@ -112,7 +112,7 @@ def test_a_small_run_prints_a_readable_summary_and_writes_the_coverage(tmp_path:
     assert _cli.run(args, out=out, err=err) == 0, out.getvalue()
     text = out.getvalue()
     assert "explorer         depth 1:" in text
-    for machine in ("RunMachine", "BudgetMachine", "RetryMachine"):
+    for machine in ("RunMachine", "BudgetMachine", "RetryMachine", "TreeMachine"):
         assert f"\n{machine:<16} " in text
     assert "planted defects  1/1 caught" in text
     assert "the race found in 6/6 unlocked variants: ok" in text
@@ -127,6 +127,7 @@ def test_a_small_run_prints_a_readable_summary_and_writes_the_coverage(tmp_path:
         "model-check: RunMachine ...",
         "model-check: BudgetMachine ...",
         "model-check: RetryMachine ...",
+        "model-check: TreeMachine ...",
         "model-check: planted defects ...",
         "model-check: scheduler ...",
         "model-check: spin ...",
@@ -134,7 +135,7 @@ def test_a_small_run_prints_a_readable_summary_and_writes_the_coverage(tmp_path:
     data = json.loads(path.read_text(encoding="utf-8"))
     assert data["covered"] == data["total"] == 18
     kinds = [check["kind"] for check in data["checks"]]
-    assert kinds == ["exhaustive", *["stateful"] * 3, "planted", "scheduled", "spin"]
+    assert kinds == ["exhaustive", *["stateful"] * 4, "planted", "scheduled", "spin"]
 
 
 @pytest.mark.usefixtures("small")

@@ -4,6 +4,7 @@ sequence up to depth 4, against the real runtime, with the models' answers and t
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import pytest
@@ -37,6 +38,7 @@ from diagnosis_harness.modelcheck._explorer import (
     RETRY_PRELUDES,
     RUN_EVENTS,
     SCENARIOS,
+    UNPRICED_CONFIG,
 )
 from diagnosis_harness.modelcheck._models import LiveModels, MemoModels
 from diagnosis_harness.modelcheck._planted import (
@@ -50,7 +52,7 @@ from diagnosis_harness.modelcheck._probe_config import ProbeConfig, policies_wit
 from diagnosis_harness.modelcheck._probe_script import Attempt, Effect
 
 if TYPE_CHECKING:
-    from diagnosis_harness._cancellation import Pending
+    from diagnosis_harness._local_run import Deliveries
 
 
 @pytest.mark.model_check
@@ -112,8 +114,8 @@ def test_depth_must_be_positive() -> None:
 @pytest.mark.parametrize("defect", DEFECTS, ids=[d.name for d in DEFECTS])
 def test_explorer_also_catches_each_planted_defect(defect: Defect) -> None:
     coverage = TransitionCoverage()
-    with defect.plant():
-        result = explore(depth=1, coverage=coverage)
+    with defect.plant():  # no defect is about money: the run without it is a third of the time
+        result = explore(depth=1, coverage=coverage, priced=False)
     assert not result.passed
     assert result.failures > 0
     assert result.counterexamples
@@ -138,7 +140,7 @@ def _verdicts(result: Exploration) -> dict[tuple[str, str], bool]:
 def test_a_lifecycle_only_bug_is_charged_to_the_terminal_scenarios_only() -> None:
     coverage = TransitionCoverage()
     with replaceable_terminal():
-        result = explore(depth=3, coverage=coverage)
+        result = explore(depth=3, coverage=coverage, priced=False)
     verdicts = _verdicts(result)
     assert {pair for pair, passed in verdicts.items() if not passed} == LIFECYCLE_SCENARIOS
     for pair in SCENARIOS:
@@ -158,14 +160,15 @@ def test_a_lifecycle_only_bug_is_charged_to_the_terminal_scenarios_only() -> Non
     assert (at.model, at.runtime) == ("changed=False", "changed=True")
     assert counterexample.text().splitlines()[0] == counterexample.message
     assert "changed=True" in counterexample.message
+    assert counterexample.replay.endswith("replay_sequence(['succeed', 'succeed'], priced=False)")
     with replaceable_terminal(), pytest.raises(Disagreement, match="changed=True"):
-        replay_sequence([step.action for step in counterexample.steps])
+        replay_sequence([step.action for step in counterexample.steps], priced=False)
     replay_sequence([step.action for step in counterexample.steps])  # fixed: no disagreement
 
 
 def test_a_budget_only_bug_is_charged_to_the_per_tool_scenario_only() -> None:
     with tool_total_before_check():
-        result = explore(depth=3)
+        result = explore(depth=3, priced=False)
     verdicts = _verdicts(result)
     assert {pair for pair, passed in verdicts.items() if not passed} == {
         (BUDGETS, "Per-Tool budget is exhausted")
@@ -181,7 +184,7 @@ def test_a_budget_only_bug_is_charged_to_the_per_tool_scenario_only() -> None:
 
 def test_a_retry_only_bug_is_charged_to_the_retry_scenarios_only() -> None:
     with retry_ignores_cancellation():
-        result = explore(depth=2)
+        result = explore(depth=2, priced=False)
     failed = {pair for pair, passed in _verdicts(result).items() if not passed}
     assert failed
     assert {requirement for requirement, _ in failed} == {RETRY}
@@ -295,6 +298,27 @@ def test_the_explorers_run_holds_money_and_the_probe_predicts_cost() -> None:
     assert probe.life_state is RunState.BUDGET_EXHAUSTED
 
 
+def test_the_unpriced_explorer_is_the_same_run_without_its_money_limit() -> None:
+    """``explore(priced=False)``, which the planted-defect checks use: the same limits but the
+    money, every row still taken, fewer states, no disagreement; a Model call there is granted
+    where the priced run refuses it on COST."""
+    assert UNPRICED_CONFIG.limits == dataclasses.replace(EXPLORE_CONFIG.limits, cost=None)
+    assert UNPRICED_CONFIG.policies is EXPLORE_CONFIG.policies
+    coverage = TransitionCoverage()
+    result = explore(depth=1, coverage=coverage, priced=False)
+    assert result.passed
+    assert coverage.uncovered() == []
+    assert 100 < result.run.states < 1_000
+    probe = replay_sequence(["reserve_tool_call(fetch)", "reserve_tool_call(fetch)"], priced=False)
+    assert probe.reserve_model() is None
+    usage = probe.ctx.budget.snapshot()
+    assert (usage.model_calls, usage.exhausted) == (1, None)
+    with pytest.raises(TypeError, match="priced"):
+        explore(depth=1, priced=None)  # type: ignore[arg-type]  # a bad value, on purpose
+    with pytest.raises(TypeError, match="priced"):
+        replay_sequence([], priced=1)  # type: ignore[arg-type]  # a bad value, on purpose
+
+
 def test_a_disagreement_names_what_differs() -> None:
     probe = RunProbe(CONFIG, models=MemoModels())
     probe.ctx.lifecycle.succeed()  # behind the probe's back: the model is still RUNNING
@@ -302,7 +326,7 @@ def test_a_disagreement_names_what_differs() -> None:
         probe.check_invariants()
 
 
-def _time_out_rewriting(self: LocalRun, boundary: Boundary, now_ns: int) -> Pending | None:
+def _time_out_rewriting(self: LocalRun, boundary: Boundary, now_ns: int) -> Deliveries | None:
     """A planted bug, written as ``LocalRun``'s own code: a boundary that finds the run timed out
     records the time-out again -- the same state at the same instant, its own boundary in the
     reason -- where the first ``RunTermination`` must stay."""

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
+from diagnosis_harness._local_run import LocalRun
 from diagnosis_harness.conformance.suite._support import BUDGETS, DEADLINE, PRIMITIVES, TERMINAL
 from diagnosis_harness.modelcheck._planted import replaceable_terminal
 from diagnosis_harness.modelcheck._race_checks import RaceCheck, plan, replay_schedule, run_checks
@@ -29,6 +30,7 @@ from diagnosis_harness.modelcheck._races import (
     reservation_race,
     snapshot_race,
     terminal_race,
+    tree_cancel_race,
     usage_race,
 )
 from diagnosis_harness.modelcheck._scheduler import InvariantViolation, SchedLock, Scheduler
@@ -284,6 +286,55 @@ def test_sixteen_parallel_ten_cent_calls_under_a_dollar_run_exactly_ten(
         lambda runnable: data.draw(st.sampled_from(runnable))
     )
     assert label == "10 ran, BUDGET_EXHAUSTED on cost"
+
+
+# -- a run tree: the parent's cancel racing its children's reservations ------------------------
+
+
+@CLIENT_DISCONNECTS
+@pytest.mark.parametrize(
+    ("calls", "hold"), [([1, 1, 1], 0), ([2, 1, 1], 10)], ids=["three-children", "paid"]
+)
+def test_a_parent_cancelled_while_its_children_reserve_grants_them_nothing_after(
+    calls: list[int], hold: int
+) -> None:
+    """Three children reserving Model calls (holding the parent's money, or not) while their
+    parent is cancelled, under Hypothesis-chosen schedules: nothing granted after the parent's
+    ending, every child ended by it, each callback once, the children's before the parent's;
+    the parent counted exactly the calls granted. (Every schedule of two children is 1,374:
+    the deep profile enumerates them.)"""
+    result = search(tree_cancel_race(calls, hold=hold), max_examples=40)
+    assert result.violations == 0, (result.first_violation, result.first_violation_trace)
+    assert result.schedules == 40
+    granted = {int(label.split()[0]) for label in result.outcomes}
+    assert 0 in granted  # the cancel came first
+    assert max(granted) > 0  # a child reserved before it
+
+
+@CLIENT_DISCONNECTS
+def test_the_unlocked_tree_race_grants_a_child_a_call_after_its_parent_ended() -> None:
+    result = search(tree_cancel_race([1, 1, 1]), locked=False, max_examples=40)
+    assert result.violations > 0
+    assert result.first_violation is not None
+
+
+@CLIENT_DISCONNECTS
+def test_the_tree_race_catches_a_cascade_that_skips_a_child(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A planted defect with the real lock: the parent's ending leaves its last child live."""
+    cancel_by = LocalRun.__dict__["_cancel_by_locked"]
+
+    def skipping(self: LocalRun, origin: LocalRun, at_ns: int) -> object:
+        if self.run_id == "child-2":
+            return []  # BUG: this child outlives its ended parent
+        return cancel_by(self, origin, at_ns)
+
+    monkeypatch.setattr(LocalRun, "_cancel_by_locked", skipping)
+    result = search(tree_cancel_race([1, 1, 1]), max_examples=20)
+    assert result.violations > 0
+    assert result.first_violation is not None
+    assert "child-2 outlived its parent" in result.first_violation
 
 
 # -- the unlocked variants: the checks must find each race ---------------------------------------

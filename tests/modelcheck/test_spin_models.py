@@ -1,5 +1,5 @@
 """Spin: the terminal compare-and-set, the callbacks and the budget reservation with its money
-holds and settles, 5 racers each.
+holds and settles, 5 racers each, and a run tree (a root and three children, 2 calls each).
 
 Every real model must hold each property (``errors: 0``) and every seeded-bug model must be
 refuted (``errors: N`` with N >= 1). The verdict is read off pan's report: pan exits 0 either
@@ -28,6 +28,7 @@ from diagnosis_harness.modelcheck._spin import (
     render_budget,
     render_callbacks,
     render_terminal_cas,
+    render_tree,
     run_checks,
     spin_unavailable_reason,
 )
@@ -148,6 +149,82 @@ def test_budget_holds_checked_against_spend_so_far_are_refuted(
     assert "overrun = 0" in result["final"]
 
 
+@needs_spin
+@pytest.mark.model_check
+@pytest.mark.spec(BUDGETS, "Per-Tool budget is exhausted")
+@pytest.mark.spec(DEADLINE, "Client disconnects")
+@pytest.mark.spec(TERMINAL, "Budget exhaustion wins a terminal race")
+@pytest.mark.parametrize("prop", _cases("tree"))
+def test_run_tree_holds(results: dict[tuple[str, str], ModelResult], prop: str) -> None:
+    """A root and three children racing: no level passes its limit, the root's counters are
+    its children's, every child of an ended root has ended in the same step, one ending per
+    run, nothing granted after the root's ending."""
+    _holds(results["tree", prop])
+
+
+@needs_spin
+@pytest.mark.model_check
+@pytest.mark.parametrize(
+    ("bug", "prop"),
+    [(bug, prop) for bug, props in _spin.TREE_BUG_PROPERTIES.items() for prop in props],
+)
+def test_run_tree_seeded_bugs_are_refuted(
+    results: dict[tuple[str, str], ModelResult], bug: str, prop: str
+) -> None:
+    result = results[f"tree_{bug}_seeded_bug", prop]
+    _refuted(result)
+    assert result["final"] is not None
+    if bug in {"child_only", "check_then_act"}:  # the root went past its limits
+        assert "overrun[0] = 0" in result["final"]
+
+
+@needs_spin
+@pytest.mark.model_check
+def test_the_run_tree_model_reaches_every_situation_it_is_meant_to_race() -> None:
+    """Each situation of ``TREE_SITUATIONS`` happens in some interleaving: Spin refutes a
+    claim that it never does. (A model that never refused at the root would prove nothing.)"""
+    situations = _spin.TREE_SITUATIONS
+    claims = "".join(f"ltl reach_{name} {{ [] !({expr}) }}\n" for name, expr in situations.items())
+    model = SpinModel(
+        "tree_reach",
+        RACERS,
+        render_tree(_spin.tree_calls(RACERS)) + "\n" + claims,
+        tuple(f"reach_{name}" for name in situations),
+        expected_violation=True,
+    )
+    reached = {result["property"]: result for result in check_model(model)}
+    for name in situations:
+        _refuted(reached[f"reach_{name}"])
+
+
+def test_the_run_tree_model_is_rendered_with_limits_a_child_can_exhaust() -> None:
+    calls = _spin.tree_calls(RACERS)
+    assert calls == 2
+    assert _spin.tree_calls(PROFILES["deep"]) == 3
+    assert _spin.tree_calls(3) == 1
+    limits = _spin.tree_limits(calls)
+    children = _spin.TREE_CHILDREN
+    text = render_tree(calls)
+    for name, value in limits.items():
+        assert f"#define {name.upper()} {value}" in text
+    assert "#define SEEDED_BUG 0" in text
+    # The root cannot grant every child's calls, nor every child's first full hold.
+    assert limits["root_call_limit"] < children * calls
+    assert limits["root_money"] < children * _spin.TREE_HOLD
+    # A child's money lets one full hold and one partial hold through.
+    assert _spin.TREE_HOLD < limits["child_money"] < 2 * _spin.TREE_HOLD
+    assert "CASCADE_ONE(1); CASCADE_ONE(2); CASCADE_ONE(3)" in text
+    skipping = render_tree(calls, seeded_bug="cascade_skips")
+    assert "#define END_ROOT() END(0); CASCADE_ONE(1); CASCADE_ONE(2)   /* BUG" in skipping
+    assert "#define SEEDED_BUG 1" in render_tree(calls, seeded_bug=True)
+    for bug, number in _spin.TREE_SEEDED_BUGS.items():
+        assert f"#define SEEDED_BUG {number}" in render_tree(calls, seeded_bug=bug)
+    with pytest.raises(ValueError, match="seeded_bug must be a bool or one of"):
+        render_tree(calls, seeded_bug="late")
+    with pytest.raises(ValueError, match="calls per child"):
+        render_tree(0)
+
+
 def test_every_model_is_checked_on_the_properties_the_issue_names() -> None:
     assert set(MODELS["terminal_cas"].properties) >= {"stable", "one_winner"}
     assert "once" in MODELS["callbacks"].properties
@@ -155,6 +232,12 @@ def test_every_model_is_checked_on_the_properties_the_issue_names() -> None:
     # Money: settled + held within the limit but by a settle's actual, a refused hold holds
     # nothing and no hold is negative, every hold settled in the end (even after the run ended).
     assert {"money_within", "consistent", "all_settled"} <= set(MODELS["budget"].properties)
+    # A run tree: no level passes its limit, every descendant of an ended run ends, exactly one
+    # ending per run; each seeded bug of the tree refuted.
+    assert {"within_limits", "descendants_end", "one_ending"} <= set(MODELS["tree"].properties)
+    assert {name for name in MODELS if name.startswith("tree_")} == {
+        f"tree_{bug}_seeded_bug" for bug in _spin.TREE_SEEDED_BUGS
+    }
     for model in MODELS.values():
         for prop in model.properties:
             assert f"ltl {prop} {{" in model.text, (model.name, prop)

@@ -38,6 +38,7 @@ from diagnosis_harness.redis._protocol import (
     ProtocolError,
     Snapshot,
     Status,
+    Tree,
     Unknown,
     decode,
 )
@@ -169,9 +170,29 @@ def _every_answer(calls: _Calls) -> None:
     assert cancelled[:2] == ("ended_now", RunState.CANCELLED)
     assert isinstance(cancelled, Status)
     assert cancelled.signal is CancellationReason.SHUTDOWN
+    # A run tree: a child's ID claimed under its own tag, then the child under its root's.
+    child = RunKeys.of(calls.namespace, "child-1", keys.root_id)
+    claim = ("run-9", 60_000, "claim")
+    assert calls("claim", child.claim, *claim) == Created("ok")
+    assert calls("claim", calls.run("run-8"), *claim) == Created("exists")  # a root's ID
+    live = calls.run("run-9")
+    child = RunKeys.of(calls.namespace, "child-1", live.root_id)
+    limits: list[str | int] = ["limits", "{}", "l_model_calls", 1, "model_calls", 0, "--limits--"]
+    assert calls("create_child", child, "run-9", 10 * _NS, *limits) == Created("ok")
+    assert calls("create_child", child, "run-9", 10 * _NS, *limits) == Created("exists")
+    ended = calls("create_child", RunKeys.of(calls.namespace, "child-2", "run-3"), "run-3", 1)
+    assert isinstance(ended, Status)
+    assert (ended.code, ended.state) == ("ended", RunState.SUCCESS)  # the parent's ending
+    tree = calls("tree", live)
+    assert isinstance(tree, Tree)
+    assert [(run.run_id, run.parent) for run in tree.runs] == [
+        ("run-9", None),
+        ("child-1", "run-9"),
+    ]
+    assert tree.runs[0].snapshot.status.state is RunState.RUNNING
     gone = RunKeys.of(calls.namespace, "never-created")
     for function in ANSWERS:
-        if function != "create":
+        if function not in ("create", "claim"):  # the two that make what is not there
             assert calls(function, gone, 8, 1) == Unknown("unknown")
 
 

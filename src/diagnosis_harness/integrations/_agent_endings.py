@@ -1,9 +1,9 @@
 """How an agent adapter words the ways an agent run ends: one wording for every framework.
 
-The pydantic-ai and openai-agents adapters record the run's outcome from how the agent run ended
-and answer the model for a Tool call the run refused. What they write is the same fact, so it is
-worded here once: a user reading ``termination.reason`` or a model reading a refused call's
-answer sees the same text whichever framework ran the agent.
+The pydantic-ai and openai-agents adapters record the run's outcome from how the agent run ended,
+and answer the model for a Tool call the run refused or a sub-agent whose run ended. What they
+write is the same fact, so it is worded here once: a user reading ``termination.reason`` or a
+model reading a refused call's answer sees the same text whichever framework ran the agent.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .._endings import RunTermination
     from .._errors import RunTerminated
 
-__all__ = ["REASON_LENGTH", "agent_run_ending", "refused_tool_call"]
+__all__ = ["REASON_LENGTH", "agent_run_ending", "refused_tool_call", "sub_agent_ended"]
 
 REASON_LENGTH = 200  # how much of an exception's text a FAILED reason keeps
 
@@ -30,3 +31,9 @@ def refused_tool_call(refused: RunTerminated) -> str:
     """What the model is told for a Tool call the run refused (it never ran, or its result was
     refused): the run's ending, as its ``RunTerminated`` words it."""
     return f"the diagnosis run refused this tool call: {refused}"
+
+
+def sub_agent_ended(run_id: str, termination: RunTermination) -> str:
+    """What the parent's model is told of a sub-agent whose run ended without its output while
+    the parent's run goes on: the sub-agent's run, how it ended and why."""
+    return f"sub-agent run {run_id!r} ended {termination.state.name}: {termination.reason}"

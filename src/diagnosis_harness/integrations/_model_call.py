@@ -262,6 +262,8 @@ class ModelCharge:
     ``max_tokens`` sent, less than that of one token more); ``cost`` the actual cost settled
     (zero for a request released unbilled), ``None`` while the hold stays charged (not answered
     yet, or never: a cut stream without usage, a request that may have been billed).
+    ``run_id`` is the run that held and settled it: a parent's journal holds its sub-agents'
+    lines too (a sub-agent's spending is its parent's), each tagged with the sub-agent's run.
     """
 
     name: str
@@ -273,6 +275,7 @@ class ModelCharge:
     held: Decimal
     cost: Decimal | None
     usage: TokenUsage | None
+    run_id: str
 
 
 # Decimal arithmetic in its own context, never the thread's (which a user may have changed).
@@ -379,6 +382,34 @@ class ChargeSlot:
         """The current attempt's money (``None``: not priced, or refused), the slot emptied."""
         reservation, self._reservation = self._reservation, None
         return None if reservation is None else reservation.charge()
+
+
+@final
+class ChargeJournal:
+    """The priced reservations of one run's model call, in the order they were granted.
+
+    ``parent`` is the journal of the parent run's call (a sub-agent's run): every reservation
+    appended here is appended there too, and so up to the root, each journal under its own
+    lock, so each level lists its own and its descendants' reservations in the order they were
+    journaled at that level. ``_reservations`` is guarded by ``_lock``.
+    """
+
+    __slots__ = ("_lock", "_parent", "_reservations")
+
+    def __init__(self, parent: ChargeJournal | None) -> None:
+        self._parent = parent
+        self._reservations: list[ModelReservation] = []
+        self._lock = threading.Lock()
+
+    def append(self, reservation: ModelReservation) -> None:
+        with self._lock:
+            self._reservations.append(reservation)
+        if self._parent is not None:
+            self._parent.append(reservation)
+
+    def read(self) -> tuple[ModelReservation, ...]:
+        with self._lock:
+            return tuple(self._reservations)
 
 
 # -- one call: the reservation, the request under the deadline, the attempts --------------------
@@ -512,6 +543,7 @@ class ModelReservation:
             held=self._hold.max_cost,
             cost=self._cost,
             usage=self._usage,
+            run_id=self._call.ctx.run_id,
         )
 
     def record(self, usage: TokenUsage) -> TokenUsage:
@@ -635,16 +667,21 @@ class ModelCall:
     :data:`DEFAULT_MAX_TOKENS` by default) is the output a priced request without ``max_tokens``
     is held for, and sent with under a money limit.
 
-    Immutable once built, but for the journal of its priced attempts (:attr:`charges`, under
-    ``_charges_lock``): calls on it may run on many threads and tasks at once.
+    ``parent`` is the model call of the run ``ctx`` is a child of (``ctx.child(...)``, a
+    sub-agent's run): every priced reservation of this call is journaled in the parent's
+    :attr:`charges` too, and so up to the root, as the run's spending rolls up into its ancestors'.
+
+    Immutable once built, but for the journal of its priced attempts (:attr:`charges`, a
+    :class:`ChargeJournal` with its own lock): calls on it may run on many threads and tasks at
+    once.
     """
 
     __slots__ = (
-        "_charges",
-        "_charges_lock",
         "_ctx",
         "_default_max_tokens",
         "_executor",
+        "_journal",
+        "_money_limited",
         "_policy",
         "_price_data",
         "_prices",
@@ -668,17 +705,28 @@ class ModelCall:
         server: Server | None = None,
         prices: Prices | None = None,
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
+        parent: ModelCall | None = None,
     ) -> None:
         self._ctx = checked_ctx(ctx)
+        if parent is not None:
+            if type(parent) is not ModelCall:
+                raise TypeError(f"parent must be a ModelCall or None, got {parent!r}")
+            if ctx.parent_run_id != parent.ctx.run_id:
+                raise ValueError(
+                    f"parent must be the model call of run {ctx.parent_run_id!r}, the parent of "
+                    f"run {ctx.run_id!r}; got the model call of run {parent.ctx.run_id!r}"
+                )
         if prices is not None and not callable(getattr(prices, "model_price", None)):
             raise TypeError(
                 "prices must be None or a Prices (an object with model_price(model, *, "
                 f"provider=None)), e.g. GenaiPrices() or PriceTable({{...}}), got {prices!r}"
             )
-        if prices is None and ctx.budget.limits.cost is not None:
+        self._money_limited = ctx.budget.priced  # the run's or an ancestor's; fixed
+        if prices is None and self._money_limited:
             raise ValueError(
                 f"prices is required: the run has a money limit (BudgetLimits(cost="
-                f"{ctx.budget.limits.cost})), and each model call must hold its worst case in "
+                f"{ctx.budget.limits.cost}), or an ancestor run's), and each model call must "
+                "hold its worst case in "
                 "dollars. Pass prices=GenaiPrices() (genai-prices' data, the 'prices' extra) or "
                 "prices=PriceTable({'model': ModelPrice(...)}), from diagnosis_harness.pricing"
             )
@@ -688,8 +736,7 @@ class ModelCall:
         self._default_max_tokens = default_max_tokens
         version = getattr(prices, "data_version", None)
         self._price_data = version if isinstance(version, str) else None
-        self._charges: list[ModelReservation] = []  # the priced reservations, in order
-        self._charges_lock = threading.Lock()  # guards _charges
+        self._journal = ChargeJournal(None if parent is None else parent.journal)
         self._policy = None if policy is None else policy_of(ctx, policy)
         self._executor = executor_of(ctx, executor, classifier, default=default_classifier)
         self._request_timeout = _positive_seconds("request_timeout", request_timeout)
@@ -736,10 +783,16 @@ class ModelCall:
     @property
     def charges(self) -> tuple[ModelCharge, ...]:
         """The journal of the priced attempts, in the order they were reserved: what each held,
-        the ``max_tokens`` it was sent with (and whether it was lowered), and what it settled."""
-        with self._charges_lock:
-            reservations = tuple(self._charges)
+        the ``max_tokens`` it was sent with (and whether it was lowered), and what it settled.
+        With the attempts of every sub-agent's call built with this one as ``parent`` (and
+        theirs), each line tagged with the ``run_id`` that made it."""
+        reservations = self._journal.read()
         return tuple(charge for charge in (r.charge() for r in reservations) if charge is not None)
+
+    @property
+    def journal(self) -> ChargeJournal:
+        """The journal of this call's priced reservations (:attr:`charges` reads it)."""
+        return self._journal
 
     def subject(self, name: str, model: str) -> str | None:
         """What the executor's journal names a priced execution (with the prices' data), or
@@ -784,9 +837,8 @@ class ModelCall:
                 "request's ModelRequest(model, input_bound, max_tokens) to hold its worst case"
             )
         price = prices.model_price(request.model, provider=request.provider)  # UnknownPrice
-        limit = self._ctx.budget.limits.cost
         wanted = self._default_max_tokens if request.max_tokens is None else request.max_tokens
-        if limit is None:
+        if not self._money_limited:
             sent = request.max_tokens  # nothing added to a request that gives none
             hold = self._ctx.reserve_model_call(max_cost=self._worst(price, request, wanted))
         else:
@@ -810,8 +862,7 @@ class ModelCall:
             max_tokens=sent,
             lowered=sent is not None and sent < wanted,
         )
-        with self._charges_lock:
-            self._charges.append(reservation)
+        self._journal.append(reservation)
         return reservation
 
     @staticmethod

@@ -171,7 +171,16 @@ class GovernedTools:
     the executor's. Thread- and task-safe as those are.
     """
 
-    __slots__ = ("_ctx", "_executor", "_keys", "_measure", "_policy", "_prices", "_tracing")
+    __slots__ = (
+        "_ctx",
+        "_executor",
+        "_keys",
+        "_measure",
+        "_money_limited",
+        "_policy",
+        "_prices",
+        "_tracing",
+    )
 
     def __init__(
         self,
@@ -187,6 +196,7 @@ class GovernedTools:
     ) -> None:
         self._ctx = checked_ctx(ctx)
         self._prices = {} if tool_prices is None else _tool_prices(tool_prices)
+        self._money_limited = ctx.budget.priced  # the run's or an ancestor's; fixed
         self._policy = policy_of(ctx, policy)
         self._keys = ToolCallKeyFactory(key_prefix)
         self._executor = executor_of(ctx, executor, classifier)
@@ -221,7 +231,7 @@ class GovernedTools:
         when it has none under a money limit, ``TypeError``/``ValueError`` for a ``tool`` that
         cannot name a Tool in the budget."""
         price = self._prices.get(_budget_key(tool))
-        if price is None and self._ctx.budget.limits.cost is not None:
+        if price is None and self._money_limited:
             raise UnknownToolPrice(tool)
         return price
 
@@ -350,19 +360,36 @@ class GovernedTools:
         """
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
+        return await self.call_nesting(tool, tool_call_id, lambda threads, _tracing: fn(threads))
+
+    async def call_nesting(
+        self,
+        tool: str,
+        tool_call_id: str,
+        fn: Callable[[Executor, HarnessTracing | None], Awaitable[T]],
+    ) -> T:
+        """:meth:`call_with_threads` for a Tool whose work has spans of its own (a sub-agent's
+        run): ``fn(threads, tracing)``, ``tracing`` the one whose parent is the call's
+        ``execute_tool`` span (``None`` when this wrapper has no tracing)."""
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {fn!r}")
         call = _ToolCall(self, tool, tool_call_id)
         ctx = self._ctx
 
-        async def attempt() -> T:
-            threads = call.begin()
-            try:
-                # The deadline or a cancel cancels this task, and the Tool with it; a sibling's
-                # refusal that exhausted the budget does not: this call was granted, it finishes.
-                async with ctx.scope(Boundary.TOOL, cut_on_budget=False):
-                    return await fn(threads)
-            except RunTerminated as ending:
-                call.interrupted(ending, threads)
-                raise
+        def attempt_within(tracing: HarnessTracing | None) -> Callable[[], Awaitable[T]]:
+            async def attempt() -> T:
+                threads = call.begin()
+                try:
+                    # The deadline or a cancel cancels this task, and the Tool with it; a
+                    # sibling's refusal that exhausted the budget does not: this call was
+                    # granted, it finishes.
+                    async with ctx.scope(Boundary.TOOL, cut_on_budget=False):
+                        return await fn(threads, tracing)
+                except RunTerminated as ending:
+                    call.interrupted(ending, threads)
+                    raise
+
+            return attempt
 
         async def run(attempt: Callable[[], Awaitable[T]]) -> T:
             executor = self._executor
@@ -373,9 +400,11 @@ class GovernedTools:
             return call.finish(result)
 
         if self._tracing is None:
-            return await run(attempt)
+            return await run(attempt_within(None))
         classify = self._executor.classify
-        return await self._tracing.tool_call_async(tool, tool_call_id, classify, run, attempt)
+        return await self._tracing.tool_call_nesting_async(
+            tool, tool_call_id, classify, run, attempt_within
+        )
 
     def __repr__(self) -> str:
         return (

@@ -49,6 +49,11 @@ the run's one terminal outcome recorded from how the agent run ended -- ``SUCCES
 output, ``FAILED`` on an exception, or the harness's own ending, whose ``RunTerminated`` reaches
 the caller itself, never wrapped in an SDK exception.
 
+:func:`governed_agent_tool` is ``Agent.as_tool`` for a sub-agent on a child run
+(``ctx.child``): each call of the tool runs the sub-agent under a run config of its own, built
+from the parent's, whose every Model and Tool call is granted only if the child and every
+ancestor can grant it.
+
 The core never imports this module; it imports ``agents`` (the ``openai-agents`` extra).
 """
 
@@ -63,8 +68,11 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, final
 
 from .._boundary import Boundary
 from .._errors import RunTerminated
+from .._generated.tables import RunState
+from .._limits import BudgetLimits
 from .._threads import WorkerThreads
-from ._agent_endings import agent_run_ending, refused_tool_call
+from .._validate import seconds
+from ._agent_endings import agent_run_ending, refused_tool_call, sub_agent_ended
 from ._arguments import checked_ctx
 from ._chat import ChatResponse
 from ._classify import classify_openai
@@ -80,7 +88,7 @@ from ._model_call import (
     TokenUsage,
     input_bound,
 )
-from ._tools import GovernedTools, _budget_key
+from ._tools import GovernedTools, _budget_key, _tool_prices
 
 try:
     from agents import (
@@ -97,6 +105,7 @@ try:
         RunResult,
         RunResultStreaming,
     )
+    from agents.tool_context import ToolContext
     from openai.types.responses import ResponseCompletedEvent, ResponseFunctionToolCall
 except ImportError as error:  # pragma: no cover - exercised without the extra installed
     if error.name not in ("agents", "openai"):
@@ -117,7 +126,6 @@ if TYPE_CHECKING:
     from agents.models.interface import ModelTracing
     from agents.run_config import CallModelData, ModelInputData
     from agents.tool import Tool
-    from agents.tool_context import ToolContext
     from openai.types.responses.response_prompt_param import ResponsePromptParam
 
     from .._context import RunContext
@@ -127,6 +135,7 @@ if TYPE_CHECKING:
     from .otel import HarnessTracing
 
 __all__ = [
+    "governed_agent_tool",
     "governed_tool",
     "harness_run_config",
     "model_charges",
@@ -149,14 +158,48 @@ _OWNED_KEYS = frozenset({"call_model_input_filter"})
 
 
 @final
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Recipe:
+    """What :func:`harness_run_config` was given, but for the run, its executor and tracing: a
+    sub-agent's run config is built from its parent's recipe (:func:`governed_agent_tool`)."""
+
+    model_policy: RetryPolicy | str
+    tool_policy: RetryPolicy | str
+    classifier: Classifier | None
+    prices: Prices | None
+    default_max_tokens: int
+    tool_prices: Mapping[str, Decimal] | None
+    kw: Mapping[str, Any]
+
+
+@final
 class _Governance:
-    """One run config's link to its run: its Model calls (:class:`ModelCall`), its Tool calls."""
+    """One run config's link to its run: its Model calls (:class:`ModelCall`), its Tool calls,
+    and the recipe it was built from."""
 
-    __slots__ = ("model_call", "tools")
+    __slots__ = ("model_call", "recipe", "tools")
 
-    def __init__(self, model_call: ModelCall, tools: GovernedTools) -> None:
+    def __init__(self, model_call: ModelCall, tools: GovernedTools, recipe: _Recipe) -> None:
         self.model_call = model_call
         self.tools = tools
+        self.recipe = recipe
+
+    def child_config(
+        self,
+        child: RunContext,
+        tracing: HarnessTracing | None,
+        tool_prices: Mapping[str, Decimal] | None,
+    ) -> RunConfig:
+        """The run config of a sub-agent on ``child``, a child run of this one: this config's
+        provider, model, settings, policies and prices (``tool_prices`` replacing its own when
+        given), attempts classified as this config's executor classifies them, its priced
+        requests journaled in this config's :func:`model_charges` too, its spans under
+        ``tracing``."""
+        recipe = self.recipe
+        if tool_prices is not None:
+            recipe = dataclasses.replace(recipe, tool_prices=tool_prices)
+        recipe = dataclasses.replace(recipe, classifier=self.model_call.executor.classify)
+        return _run_config(child, recipe, executor=None, tracing=tracing, parent=self.model_call)
 
     @property
     def ctx(self) -> RunContext:
@@ -561,22 +604,31 @@ class _GovernedInvoke:
 
     ``sync``: the tool's function is a plain ``def`` (the SDK's own marker says so), and its
     whole invocation runs in the attempt's daemon threads, so the run's end can abandon it.
+    ``delegation``: the tool runs a sub-agent (:func:`governed_agent_tool`), on a child run.
     """
 
-    __slots__ = ("_invoke", "_name", "_sync")
+    __slots__ = ("_delegation", "_invoke", "_name", "_sync")
 
     def __init__(
-        self, name: str, invoke: Callable[[ToolContext[Any], str], Awaitable[Any]], *, sync: bool
+        self,
+        name: str,
+        invoke: Callable[[ToolContext[Any], str], Awaitable[Any]],
+        *,
+        sync: bool,
+        delegation: _Delegation | None = None,
     ) -> None:
         self._name = name
         self._invoke = invoke
         self._sync = sync
+        self._delegation = delegation
 
     async def __call__(self, tool_context: ToolContext[Any], arguments: str) -> Any:
         governance = _governance_of(tool_context.run_config, "the tool's run_config")
-        invoke, name = self._invoke, self._name
+        invoke, name, delegation = self._invoke, self._name, self._delegation
 
-        def execute(threads: Executor) -> Awaitable[Any]:
+        def execute(threads: Executor, tracing: HarnessTracing | None) -> Awaitable[Any]:
+            if delegation is not None:
+                return delegation.run(governance, invoke, tool_context, arguments, tracing)
             if not self._sync:
                 return invoke(tool_context, arguments)
             # No context variable is carried over (the library touches none): the SDK's tool span
@@ -586,14 +638,123 @@ class _GovernedInvoke:
             return asyncio.get_running_loop().run_in_executor(threads, in_thread)
 
         try:
-            return await governance.tools.call_with_threads(
-                name, tool_context.tool_call_id, execute
-            )
+            return await governance.tools.call_nesting(name, tool_context.tool_call_id, execute)
         except RunTerminated as refused:
             # The tool never started, was cut or abandoned by the run's end, or its result did
             # not fit: the run has ended, and the SDK's next Model call raises this same ending
             # (no model sees this answer). Siblings granted before a budget refusal finish first.
             return refused_tool_call(refused)
+
+
+@final
+class _Delegation:
+    """How a :func:`governed_agent_tool` runs its sub-agent: on a child run of the tool's run.
+
+    Fixed when the tool is made; each call makes its own child run and run config.
+    """
+
+    __slots__ = ("_agent", "_limits", "_run_id", "_timeout", "_tool_prices")
+
+    def __init__(
+        self,
+        agent: Agent[Any],
+        run_id: Callable[[ToolContext[Any]], str] | None,
+        limits: BudgetLimits | None,
+        timeout: float | None,
+        tool_prices: Mapping[str, Decimal] | None,
+    ) -> None:
+        self._agent = agent
+        self._run_id = run_id
+        self._limits = limits
+        self._timeout = timeout
+        self._tool_prices = tool_prices
+
+    def child_run_id(self, parent: RunContext, tool_context: ToolContext[Any]) -> str:
+        if self._run_id is None:
+            return f"{parent.run_id}.{tool_context.tool_call_id}"
+        run_id = self._run_id(tool_context)
+        if type(run_id) is not str:
+            raise TypeError(f"run_id must return the child run's ID as a str, got {run_id!r}")
+        return run_id
+
+    async def run(
+        self,
+        governance: _Governance,
+        invoke: Callable[[ToolContext[Any], str], Awaitable[Any]],
+        tool_context: ToolContext[Any],
+        arguments: str,
+        tracing: HarnessTracing | None,
+    ) -> Any:
+        """The sub-agent's output; the parent's ``RunTerminated`` if the parent has ended; what
+        the parent's model is told (a ``str``) if the child alone ended without its output."""
+        parent = governance.ctx
+        child = parent.child(
+            run_id=self.child_run_id(parent, tool_context),
+            limits=self._limits,
+            timeout=self._timeout,
+        )
+        if tracing is None:
+            return await self._run_child(
+                governance, child, invoke, tool_context=tool_context, arguments=arguments
+            )
+        with tracing.run(child, self._agent.name, provider="openai") as child_tracing:
+            return await self._run_child(
+                governance,
+                child,
+                invoke,
+                tool_context=tool_context,
+                arguments=arguments,
+                tracing=child_tracing,
+            )
+
+    async def _run_child(
+        self,
+        governance: _Governance,
+        child: RunContext,
+        invoke: Callable[[ToolContext[Any], str], Awaitable[Any]],
+        *,
+        tool_context: ToolContext[Any],
+        arguments: str,
+        tracing: HarnessTracing | None = None,
+    ) -> Any:
+        config = governance.child_config(child, tracing, self._tool_prices)
+        # The SDK's as_tool runs the agent with the run config of the context it is given (the
+        # tool was made without one): a copy of the tool's context, the child's config in it.
+        nested: ToolContext[Any] = ToolContext(
+            context=tool_context.context,
+            usage=tool_context.usage,
+            tool_name=tool_context.tool_name,
+            tool_call_id=tool_context.tool_call_id,
+            tool_arguments=tool_context.tool_arguments,
+            tool_call=tool_context.tool_call,
+            tool_namespace=tool_context.tool_namespace,
+            agent=tool_context.agent,
+            run_config=config,
+        )
+        error: Exception | None = None
+        try:
+            # The child's end cuts the sub-agent's run -- but for a budget refusal, which leaves
+            # the child's granted tool calls to finish, as every governed run does.
+            async with child.scope(Boundary.MODEL, cut_on_budget=False):
+                result = await invoke(nested, arguments)
+        except Exception as raised:
+            error = raised
+        except BaseException:
+            # A task cancellation (the parent's end cut this call): no child is left running.
+            child.lifecycle.fail("the delegation was cancelled before the sub-agent ended")
+            raise
+        # The one outcome of the child: absorbed when the harness ended it first.
+        if error is None:
+            child.lifecycle.succeed(agent_run_ending(None))
+        else:
+            child.lifecycle.fail(agent_run_ending(error))
+        termination = child.lifecycle.termination
+        assert termination is not None  # ended just above, if not before
+        if termination.state is RunState.SUCCESS:
+            return result
+        parent = governance.ctx
+        parent.check(Boundary.TOOL)  # the parent has ended: its own ending, as it is
+        return sub_agent_ended(child.run_id, termination)
 
 
 def governed_tool(tool: FunctionTool) -> FunctionTool:
@@ -610,6 +771,66 @@ def governed_tool(tool: FunctionTool) -> FunctionTool:
     name = _budget_key(tool.name)
     sync = getattr(tool.on_invoke_tool, _SYNC_TOOL_MARKER, False) is True
     invoke = _GovernedInvoke(name, tool.on_invoke_tool, sync=sync)
+    return dataclasses.replace(tool, on_invoke_tool=invoke)
+
+
+def governed_agent_tool(
+    agent: Agent[Any],
+    *,
+    tool_name: str | None = None,
+    tool_description: str | None = None,
+    run_id: Callable[[ToolContext[Any]], str] | None = None,
+    limits: BudgetLimits | None = None,
+    timeout: float | None = None,
+    tool_prices: Mapping[str, Decimal] | None = None,
+    **as_tool_kw: Any,
+) -> FunctionTool:
+    """``agent.as_tool(...)`` whose every call runs ``agent`` on a child run of the tool's run.
+
+    Give it to the parent agent as any tool (``Agent(..., tools=[governed_agent_tool(logs)])``).
+    Each call is a governed Tool call of the parent's run (reserved, its result's bytes counted,
+    under the parent's Tool policy) that creates ``ctx.child(run_id=..., limits=limits,
+    timeout=timeout)`` -- ``run_id(tool_context)`` when given, else ``"{parent run}.{tool call
+    ID}"`` -- and runs the sub-agent under a run config of its own on that child: the parent's
+    config's provider, model, settings, policies and ``prices`` (``tool_prices`` replaces the
+    parent's when given), its priced requests in the parent's :func:`model_charges` too, and
+    with the parent's ``tracing`` its ``invoke_agent`` span nested under the call's
+    ``execute_tool`` span. Every model request and tool call of the sub-agent is granted only if
+    the child and every ancestor can grant it, in one decision, and counts in all of them; the
+    child's deadline is the earlier of ``timeout`` (from the call) and the parent's; the
+    parent's end cancels it. The sub-agent's own tools are governed tools, as always.
+
+    What the parent's model gets: the sub-agent's output (the SDK's ``as_tool`` extraction,
+    ``custom_output_extractor`` included), the child ``SUCCESS``; when the child alone ended
+    without it -- its own limit or deadline, a cancel of the child, an exception (``FAILED``)
+    -- a message naming the child run, its state and reason (``sub-agent run 'run-7.call_1'
+    ended BUDGET_EXHAUSTED: ...``), and the parent's run goes on; when the parent's run has
+    ended, the refusal every governed tool answers, and the parent's next Model call raises the
+    parent's ending. ``as_tool_kw`` goes to ``agent.as_tool``; ``run_config`` (the harness
+    makes the child's) and ``failure_error_function`` (the harness answers for a child's
+    ending) are refused. Everything is checked here.
+    """
+    if not isinstance(agent, Agent):
+        raise TypeError(f"agent must be an agents.Agent, got {agent!r}")
+    refused = sorted({"run_config", "failure_error_function"}.intersection(as_tool_kw))
+    if refused:
+        raise TypeError(
+            f"governed_agent_tool sets {', '.join(refused)} itself: the sub-agent runs under a "
+            "run config on its child run, and a child's ending is answered by the harness"
+        )
+    if run_id is not None and not callable(run_id):
+        raise TypeError(f"run_id must be None or a callable (tool_context) -> str, got {run_id!r}")
+    if limits is not None and type(limits) is not BudgetLimits:
+        raise TypeError(f"limits must be BudgetLimits or None, got {limits!r}")
+    if timeout is not None:
+        seconds("timeout", timeout)
+    if tool_prices is not None:
+        _tool_prices(tool_prices)  # a bad price raises here, not at the sub-agent's first call
+    tool = agent.as_tool(tool_name, tool_description, failure_error_function=None, **as_tool_kw)
+    delegation = _Delegation(agent, run_id, limits, timeout, tool_prices)
+    invoke = _GovernedInvoke(
+        _budget_key(tool.name), tool.on_invoke_tool, sync=False, delegation=delegation
+    )
     return dataclasses.replace(tool, on_invoke_tool=invoke)
 
 
@@ -672,27 +893,50 @@ def harness_run_config(
         raise TypeError(
             f"harness_run_config sets {', '.join(owned)} itself; it cannot be passed in kw"
         )
+    recipe = _Recipe(
+        model_policy=model_policy,
+        tool_policy=tool_policy,
+        classifier=classifier,
+        prices=prices,
+        default_max_tokens=default_max_tokens,
+        tool_prices=tool_prices,
+        kw=dict(kw),
+    )
+    return _run_config(ctx, recipe, executor=executor, tracing=tracing, parent=None)
+
+
+def _run_config(
+    ctx: RunContext,
+    recipe: _Recipe,
+    *,
+    executor: HarnessRetryExecutor | None,
+    tracing: HarnessTracing | None,
+    parent: ModelCall | None,
+) -> RunConfig:
+    """:func:`harness_run_config`'s config; ``parent`` the model call of the run ``ctx`` is a
+    child of (a sub-agent's run), whose journal this config's priced requests join."""
     model_call = ModelCall(
         ctx,
-        policy=model_policy,
+        policy=recipe.model_policy,
         executor=executor,
-        classifier=classifier,
+        classifier=recipe.classifier,
         default_classifier=classify_openai,
         tracing=tracing,
         provider="openai",
-        prices=prices,
-        default_max_tokens=default_max_tokens,
+        prices=recipe.prices,
+        default_max_tokens=recipe.default_max_tokens,
+        parent=parent,
     )
     tools = GovernedTools(
         ctx,
-        policy=tool_policy,
+        policy=recipe.tool_policy,
         executor=model_call.executor,
         tracing=tracing,
-        tool_prices=tool_prices,
+        tool_prices=recipe.tool_prices,
     )
-    governance = _Governance(model_call, tools)
+    governance = _Governance(model_call, tools, recipe)
 
-    config = RunConfig(**kw)  # the SDK checks and coerces the user's settings
+    config = RunConfig(**recipe.kw)  # the SDK checks and coerces the user's settings
     settings = config.model_settings or ModelSettings()
     retry = settings.retry
     if retry is not None and (retry.max_retries not in (None, 0) or retry.policy is not None):

@@ -12,8 +12,10 @@ it starts gets its parent from it -- never from OpenTelemetry's current span, an
 made current. The spans follow the GenAI semantic conventions:
 
 - ``invoke_agent {agent}`` for a run (:meth:`HarnessTracing.run`): the run's session ID as the
-  conversation's, the provider when given, and at its end the run's termination state and, for
-  ``BUDGET_EXHAUSTED``, the budget dimension that ended it;
+  conversation's, the run's ID and, for a child run (a sub-agent's), its parent's, the provider
+  when given, and at its end the run's termination state and, for ``BUDGET_EXHAUSTED``, the
+  budget dimension that ended it. A sub-agent's run span is a child of the ``execute_tool`` span
+  of the tool call that delegated to it (:meth:`HarnessTracing.tool_call_nesting_async`);
 - ``chat {model}`` for each attempt of a governed model call: the server the client sends to, the
   attempt's number and outcome, its failure kind (the executor's own classification), and of
   the answer the usage the provider reported, the model that answered, its ID and finish
@@ -74,7 +76,9 @@ __all__ = [
     "COST_HELD",
     "FAILURE_KIND",
     "MAX_TOKENS_LOWERED",
+    "PARENT_RUN_ID",
     "PRICE_DATA",
+    "RUN_ID",
     "TERMINATION_STATE",
     "CurrentSpan",
     "HarnessTracing",
@@ -96,6 +100,10 @@ TERMINATION_STATE = "diagnosis_harness.termination.state"
 BUDGET_EXHAUSTED = "diagnosis_harness.budget.exhausted"
 """The ``BudgetDimension`` value that exhausted the run's budget, on the run span."""
 RUN_ID = "diagnosis_harness.run.id"
+"""The run's ID, on the run span (``invoke_agent``)."""
+PARENT_RUN_ID = "diagnosis_harness.run.parent_id"
+"""A sub-agent's run span: the ID of the run it is a child of (``ctx.parent_run_id``); absent
+for a root run. The span itself nests under the parent's ``execute_tool`` span."""
 COST_HELD = "diagnosis_harness.cost.held"
 """A priced ``chat`` span: the worst case its attempt held, in US dollars."""
 MAX_TOKENS_LOWERED = "diagnosis_harness.max_tokens.lowered"
@@ -124,6 +132,14 @@ TOOL_NAME = "gen_ai.tool.name"
 TOOL_TYPE = "gen_ai.tool.type"
 TOOL_CALL_ID = "gen_ai.tool.call.id"
 ERROR_TYPE = "error.type"
+
+
+def _run_attributes(ctx: RunContext) -> dict[str, AttributeValue]:
+    """The run's ID and, for a child run (a sub-agent's), its parent's."""
+    attributes: dict[str, AttributeValue] = {RUN_ID: ctx.run_id}
+    if ctx.parent_run_id is not None:
+        attributes[PARENT_RUN_ID] = ctx.parent_run_id
+    return attributes
 
 
 def annotate_ending(span: trace.Span, ctx: RunContext) -> None:
@@ -248,11 +264,12 @@ class HarnessTracing:
     ) -> Iterator[HarnessTracing]:
         """An ``invoke_agent {agent}`` span around the block; yields the tracing of its children.
 
-        The span names the run's session ID as its ``gen_ai.conversation.id`` and ``provider``
-        (``"openai"``, ``"anthropic"``: the GenAI conventions' ``gen_ai.provider.name``) when
-        given -- give it when the agent talks to one provider. At the block's end the span gets
-        the run's termination state and exhausted dimension (if the run has ended by then); an
-        exception leaving the block marks it an error.
+        The span names the run's session ID as its ``gen_ai.conversation.id``, the run's ID
+        (:data:`RUN_ID`; a sub-agent's run also its parent's, :data:`PARENT_RUN_ID`) and
+        ``provider`` (``"openai"``, ``"anthropic"``: the GenAI conventions'
+        ``gen_ai.provider.name``) when given -- give it when the agent talks to one provider.
+        At the block's end the span gets the run's termination state and exhausted dimension
+        (if the run has ended by then); an exception leaving the block marks it an error.
         """
         if type(agent) is not str or not agent.strip():
             raise ValueError(f"agent must be a non-blank str naming the agent, got {agent!r}")
@@ -265,7 +282,7 @@ class HarnessTracing:
             OPERATION: "invoke_agent",
             AGENT_NAME: agent,
             CONVERSATION_ID: ctx.session_id,
-            RUN_ID: ctx.run_id,
+            **_run_attributes(ctx),
         }
         if provider is not None:
             attributes[PROVIDER] = provider
@@ -403,10 +420,10 @@ class HarnessTracing:
     @contextmanager
     def _tool_span(
         self, tool: str, tool_call_id: str, classify: Callable[[Exception], object]
-    ) -> Iterator[list[int]]:
+    ) -> Iterator[tuple[list[int], trace.Span]]:
         """The Tool call's ``execute_tool`` span around the block.
 
-        Yields a one-item list the block counts its attempts in.
+        Yields a one-item list the block counts its attempts in, and the span.
         """
         attributes: dict[str, AttributeValue] = {
             OPERATION: "execute_tool",
@@ -417,7 +434,7 @@ class HarnessTracing:
         span = self._start(f"execute_tool {tool}", SpanKind.INTERNAL, attributes)
         attempts = [0]
         try:
-            yield attempts
+            yield attempts, span
         except BaseException as error:
             _failed(span, error, classify)
             raise
@@ -436,7 +453,7 @@ class HarnessTracing:
         attempt: Callable[[], T],
     ) -> T:
         """``run(attempt)`` in the Tool call's ``execute_tool`` span, its attempts counted."""
-        with self._tool_span(tool, tool_call_id, classify) as attempts:
+        with self._tool_span(tool, tool_call_id, classify) as (attempts, _span):
             return run(_counted(attempts, attempt))
 
     async def tool_call_async(
@@ -448,8 +465,24 @@ class HarnessTracing:
         attempt: Callable[[], Awaitable[T]],
     ) -> T:
         """:meth:`tool_call` for an async Tool: the same span and count, the run awaited."""
-        with self._tool_span(tool, tool_call_id, classify) as attempts:
-            return await run(_counted(attempts, attempt))
+        return await self.tool_call_nesting_async(
+            tool, tool_call_id, classify, run, lambda _within: attempt
+        )
+
+    async def tool_call_nesting_async(
+        self,
+        tool: str,
+        tool_call_id: str,
+        classify: Callable[[Exception], object],
+        run: Callable[[Callable[[], Awaitable[T]]], Awaitable[T]],
+        attempt_within: Callable[[HarnessTracing], Callable[[], Awaitable[T]]],
+    ) -> T:
+        """:meth:`tool_call_async` for a Tool whose work has spans of its own (a sub-agent's run):
+        its attempt is ``attempt_within(tracing)``, ``tracing`` the one whose parent is the
+        call's ``execute_tool`` span, so the sub-agent's ``invoke_agent`` nests under it."""
+        with self._tool_span(tool, tool_call_id, classify) as (attempts, span):
+            within = HarnessTracing(self._tracer, parent=span)
+            return await run(_counted(attempts, attempt_within(within)))
 
     def __repr__(self) -> str:
         return f"HarnessTracing(tracer={self._tracer!r}, parent={self._parent!r})"
@@ -467,8 +500,11 @@ class CurrentSpan:
     __slots__ = ()
 
     def run(self, ctx: RunContext) -> None:
-        """Set the run's ending on OpenTelemetry's current span: the framework's run span."""
-        annotate_ending(trace.get_current_span(), ctx)
+        """Set the run's ID (and its parent's, for a sub-agent's run) and its ending on
+        OpenTelemetry's current span: the framework's run span."""
+        span = trace.get_current_span()
+        span.set_attributes(_run_attributes(ctx))
+        annotate_ending(span, ctx)
 
     def tool(
         self, number: int, error: BaseException | None, classify: Callable[[Exception], object]

@@ -41,6 +41,11 @@ those tasks, and never refuses a tool call by raising in one:
   journaled ``ABANDONED``. Either way the call is skipped like a refused one, so its siblings
   are cut by the run's end too, not by pydantic-ai cancelling them, and ``agent.run`` raises the
   run's ``RunTimedOut`` / ``RunCancelled`` at its next boundary, at once.
+- :meth:`HarnessCapability.delegate` runs a sub-agent from a tool (pydantic-ai's agent
+  delegation) on a child run (``ctx.child``) with a capability of its own: its requests and tools
+  are granted only if the child and every ancestor can grant them; the child's ending alone is a
+  failed tool result for the parent's model (:class:`SubAgentEnded`), the parent's ending is
+  raised as the parent's.
 """
 
 from __future__ import annotations
@@ -49,12 +54,13 @@ import threading
 import weakref
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, final
 
 from .._boundary import Boundary
 from .._errors import RunTerminated
 from .._generated.tables import RunState
-from ._agent_endings import agent_run_ending, refused_tool_call
+from ._agent_endings import agent_run_ending, refused_tool_call, sub_agent_ended
 from ._anthropic import TOOLS_PROMPT_TOKENS
 from ._extras import missing_extra
 from ._model_call import (
@@ -72,7 +78,7 @@ try:
     import pydantic_core
     from pydantic_ai import Agent
     from pydantic_ai.capabilities import AbstractCapability, CapabilityOrdering
-    from pydantic_ai.exceptions import SkipToolExecution
+    from pydantic_ai.exceptions import SkipToolExecution, ToolFailed
     from pydantic_ai.messages import (
         ModelMessage,
         ModelMessagesTypeAdapter,
@@ -92,16 +98,18 @@ except ImportError as error:  # pragma: no cover - the extra is installed wherev
     ) from error
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping
+    from collections.abc import AsyncIterator, Mapping, Sequence
     from concurrent.futures import Executor
     from decimal import Decimal
 
+    from pydantic_ai.agent import AbstractAgent
     from pydantic_ai.capabilities.abstract import (
         ValidatedToolArgs,
         WrapModelRequestHandler,
         WrapRunHandler,
         WrapToolExecuteHandler,
     )
+    from pydantic_ai.messages import UserContent
     from pydantic_ai.models import (
         Model,
         ModelRequestContext,
@@ -114,14 +122,17 @@ if TYPE_CHECKING:
     from pydantic_ai.tools import ToolDefinition
     from pydantic_ai.usage import RequestUsage
 
+    from .._clock import Deadline
     from .._context import RunContext
+    from .._endings import RunTermination
     from .._failure import FailureKind
+    from .._limits import BudgetLimits
     from .._retry import Classifier, HarnessRetryExecutor
     from .._retry_policy import RetryPolicy
     from ..pricing import Prices
     from .otel import CurrentSpan
 
-__all__ = ["HarnessCapability", "HarnessSpanAttributes", "tool_result_bytes"]
+__all__ = ["HarnessCapability", "HarnessSpanAttributes", "SubAgentEnded", "tool_result_bytes"]
 
 # The endings the harness decides itself; SUCCESS and FAILED follow how the agent run ended.
 _HARNESS_ENDINGS = frozenset({RunState.CANCELLED, RunState.TIMED_OUT, RunState.BUDGET_EXHAUSTED})
@@ -190,9 +201,13 @@ class HarnessCapability(AbstractCapability[Any]):
     prices: Prices | None = None
     default_max_tokens: int = DEFAULT_MAX_TOKENS
     tool_prices: Mapping[str, Decimal] | None = None
+    # The parent run's model call, for a sub-agent's capability built by delegate() only: the
+    # sub-agent's priced requests are journaled in the parent's charges too.
+    _parent_call: ModelCall | None = field(default=None, repr=False)
     _tools: GovernedTools = field(init=False, repr=False)
     _model_call: ModelCall = field(init=False, repr=False)
     _charges: _ResponseCharges = field(init=False, repr=False)
+    _sub_agents: _SubAgents = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if type(self.finishes_run) is not bool:
@@ -212,8 +227,10 @@ class HarnessCapability(AbstractCapability[Any]):
             executor=self._tools.executor,
             prices=self.prices,
             default_max_tokens=self.default_max_tokens,
+            parent=self._parent_call,
         )
         self._charges = _ResponseCharges()
+        self._sub_agents = _SubAgents()
 
     @property
     def tools(self) -> GovernedTools:
@@ -228,8 +245,19 @@ class HarnessCapability(AbstractCapability[Any]):
     @property
     def charges(self) -> tuple[ModelCharge, ...]:
         """The priced model requests, in order: what each held, the ``max_tokens`` it was sent
-        with (and whether the money left lowered it), what it settled. Empty without ``prices``."""
+        with (and whether the money left lowered it), what it settled. Empty without ``prices``.
+
+        With those of every sub-agent run through :meth:`delegate` (and theirs), in the order
+        they were reserved, each tagged with its ``run_id``: the journal of the run's spending,
+        as ``ctx.budget.snapshot()`` counts it."""
         return self._model_call.charges
+
+    @property
+    def sub_agents(self) -> Mapping[str, HarnessCapability]:
+        """The capability of each sub-agent run through :meth:`delegate`, by its run ID, in the
+        order they were started: each one's :attr:`executor` journals its tool calls' attempts,
+        its :attr:`charges` its priced requests, its :attr:`sub_agents` its own delegations."""
+        return self._sub_agents.read()
 
     def charge_of(self, response: ModelResponse) -> ModelCharge | None:
         """The money of the priced request that answered ``response`` (``None``: not priced, not
@@ -241,6 +269,93 @@ class HarnessCapability(AbstractCapability[Any]):
     def tool_call_key(self, tool_call_id: str) -> str:
         """The Tool Call key of a tool call (a tool reads its ID from ``ctx.tool_call_id``)."""
         return self._tools.key(tool_call_id)
+
+    async def delegate(
+        self,
+        agent: AbstractAgent[Any, Any],
+        user_prompt: str | Sequence[UserContent] | None = None,
+        *,
+        run_id: str,
+        limits: BudgetLimits | None = None,
+        timeout: float | None = None,
+        deadline: Deadline | None = None,
+        tool_prices: Mapping[str, Decimal] | None = None,
+        span_attributes: bool = False,
+        **run_kw: Any,
+    ) -> AgentRunResult[Any]:
+        """Run ``agent`` as a sub-agent on a child run of this capability's run; its result.
+
+        Call it from a tool of the agent this capability governs (pydantic-ai's "agent
+        delegation")::
+
+            @parent_agent.tool
+            async def search_logs(ctx: AgentRunContext[Deps], question: str) -> str:
+                result = await ctx.deps.harness.delegate(
+                    logs_agent, question, run_id=f"logs-{ctx.tool_call_id}",
+                    limits=BudgetLimits(...),  # the sub-agent's share; None: the parent's
+                )
+                return result.output
+
+        The child run is ``ctx.child(run_id=run_id, limits=limits, timeout=timeout,
+        deadline=deadline)``: every model request and tool call of the sub-agent is granted only
+        if the child and every ancestor can grant it, in one decision, and counts in all of them;
+        its deadline is the earlier of its own and the parent's; the parent's end cancels it.
+        The sub-agent runs with a ``HarnessCapability`` of its own on that run -- added before
+        ``capabilities`` of ``run_kw`` -- with this one's tool policy, key prefix, classifier,
+        ``prices`` and ``default_max_tokens`` (``tool_prices`` replaces this one's when given),
+        and with :class:`HarnessSpanAttributes` on it when ``span_attributes``. ``run_kw`` goes
+        to ``agent.run`` (``deps``, ``usage=ctx.usage``, ``message_history``, ...); ``timeout``
+        and ``deadline`` are the child run's, which cut its requests and tools in flight.
+
+        How it returns:
+
+        - the sub-agent's output: its ``AgentRunResult``, and the child run ``SUCCESS``;
+        - the parent's run has ended -- cancelled, timed out, its budget exhausted by this
+          sub-agent or by another, before or during the delegation -- the parent's
+          ``RunTerminated``, as a refused tool call would (the parent's next boundary ends the
+          parent's agent run with it); the child ended ``CANCELLED`` (``PARENT_ENDED``) or with
+          the parent;
+        - the child alone has ended -- its own limit or deadline, a cancel of the child, an
+          exception of the sub-agent (``FAILED``) -- :class:`SubAgentEnded`, a pydantic-ai
+          ``ToolFailed``: the parent's model is told, and the parent's run goes on. A task
+          cancellation passes through, and a child it left running is ended ``FAILED``.
+
+        Bad input -- a ``run_id`` used before in the run's tree, a bad limit, both ``timeout``
+        and ``deadline`` -- raises from ``ctx.child`` before the sub-agent starts.
+        """
+        if type(span_attributes) is not bool:
+            raise TypeError(f"span_attributes must be a bool, got {span_attributes!r}")
+        child_ctx = self.ctx.child(run_id=run_id, limits=limits, timeout=timeout, deadline=deadline)
+        child = HarnessCapability(
+            child_ctx,
+            tool_policy=self.tool_policy,
+            key_prefix=self.key_prefix,
+            classifier=self.classifier,
+            prices=self.prices,
+            default_max_tokens=self.default_max_tokens,
+            tool_prices=self.tool_prices if tool_prices is None else tool_prices,
+            _parent_call=self._model_call,
+        )
+        self._sub_agents.add(child)
+        capabilities: list[Any] = [child]
+        if span_attributes:
+            capabilities.append(HarnessSpanAttributes(child))
+        capabilities.extend(run_kw.pop("capabilities", None) or ())
+        try:
+            return await agent.run(user_prompt, capabilities=capabilities, **run_kw)
+        except Exception as error:
+            # The child's capability recorded its ending (or the harness had); an exception
+            # raised before the sub-agent's run started leaves it to be recorded here.
+            child_ctx.lifecycle.fail(agent_run_ending(error))
+            self.ctx.check(Boundary.TOOL)  # the parent has ended: its own ending, as it is
+            termination = child_ctx.lifecycle.termination
+            assert termination is not None  # the child ended above, if not before
+            raise SubAgentEnded(child_ctx.run_id, termination) from error
+        finally:
+            # A task cancellation (the parent's tool cut, pydantic-ai cancelling its siblings)
+            # leaves no child running without a delegation to end it.
+            if child_ctx.lifecycle.termination is None:
+                child_ctx.lifecycle.fail("the delegation was cancelled before the sub-agent ended")
 
     def get_ordering(self) -> CapabilityOrdering:
         # Outermost: the run's deadline and cancellation enclose every other capability's work,
@@ -323,6 +438,46 @@ class HarnessCapability(AbstractCapability[Any]):
             # the run has ended, and its next boundary raises that. Raising here would make
             # pydantic-ai cancel sibling calls that were granted and have not started.
             raise SkipToolExecution(refused_tool_call(refused)) from refused
+
+
+class SubAgentEnded(ToolFailed):
+    """A sub-agent's run ended without its output while its parent's run goes on.
+
+    Raised by :meth:`HarnessCapability.delegate` in the parent's tool: a pydantic-ai
+    ``ToolFailed``, so the parent's model is told (its ``message``: ``sub-agent run 'logs-1'
+    ended BUDGET_EXHAUSTED: tool_calls limit ...``) and can adapt, and the parent's run is not
+    ended by it. ``run_id`` is the child run's, ``termination`` its one terminal outcome; the
+    exception the sub-agent's run raised is the ``__cause__``. Catch it in the tool to answer
+    something else, or to re-raise the cause.
+    """
+
+    def __init__(self, run_id: str, termination: RunTermination) -> None:
+        self.run_id = run_id
+        self.termination = termination
+        super().__init__(sub_agent_ended(run_id, termination))
+
+
+@final
+class _SubAgents:
+    """The capabilities of one capability's sub-agents, by run ID, in the order they started.
+
+    A parent's tools may delegate from several tasks at once: ``_by_run`` is guarded by
+    ``_lock``; a read is a copy.
+    """
+
+    __slots__ = ("_by_run", "_lock")
+
+    def __init__(self) -> None:
+        self._by_run: dict[str, HarnessCapability] = {}
+        self._lock = threading.Lock()
+
+    def add(self, capability: HarnessCapability) -> None:
+        with self._lock:
+            self._by_run[capability.ctx.run_id] = capability
+
+    def read(self) -> Mapping[str, HarnessCapability]:
+        with self._lock:
+            return MappingProxyType(dict(self._by_run))
 
 
 _CALL_NAME = "pydantic-ai model request"

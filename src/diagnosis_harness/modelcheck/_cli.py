@@ -6,7 +6,7 @@ returning a typed :class:`~._results.CheckResult`:
 1. the exhaustive explorer (:mod:`._explorer`): both breadth-first searches and every event
    sequence up to depth 4 (5 with ``deep``) against the real runtime;
 2. the Hypothesis stateful machines (:mod:`._stateful`) under the chosen profile
-   (:mod:`._profiles`);
+   (:mod:`._profiles`), and the run tree's (:mod:`._tree_stateful`);
 3. the planted defects (:mod:`._planted`): each must be caught and shrunk to a short sequence;
 4. the deterministic scheduler's race checks (:mod:`._race_checks`);
 5. with ``--spin``, the Spin models (:mod:`._spin`).
@@ -206,7 +206,7 @@ def _checks(
     """Run every check the arguments ask for, in order."""
     from hypothesis import settings  # noqa: PLC0415 - the optional extra, imported on use
 
-    from . import _planted, _stateful  # noqa: PLC0415 - they import Hypothesis
+    from . import _planted, _stateful, _tree_stateful  # noqa: PLC0415 - they import Hypothesis
     from ._profiles import settings_for  # noqa: PLC0415
 
     profile: str = args.profile
@@ -228,6 +228,8 @@ def _checks(
             results.append(
                 _stateful.check_machine(machine, settings=chosen, coverage=coverage, stats=stats)
             )
+    with steps.step("TreeMachine") as tick:
+        results.append(_tree_stateful.check_tree_machine(settings=chosen, tick=tick))
     with steps.step("planted defects") as tick:
         results.append(_planted.check_planted(tick=tick))
     with steps.step("scheduler") as tick:

@@ -27,6 +27,7 @@ The model's answers come from :class:`~._models.MemoModels` (see there why).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from collections import deque
@@ -70,6 +71,7 @@ __all__ = [
     "RETRY_PRELUDES",
     "RUN_EVENTS",
     "SCENARIOS",
+    "UNPRICED_CONFIG",
     "Exploration",
     "SearchFigures",
     "explore",
@@ -118,6 +120,22 @@ EXPLORE_CONFIG = ProbeConfig(
     policies=_policies(),
     callbacks=1,
 )
+
+UNPRICED_CONFIG = dataclasses.replace(
+    EXPLORE_CONFIG, limits=dataclasses.replace(EXPLORE_LIMITS, cost=None)
+)
+"""The explorer's run without its money limit (``explore(priced=False)``): the same events and
+rows, nothing refused on money, so 796 run states rather than 1,886 and about a
+third of the time. For checks about something other than money, such as the planted defects."""
+
+
+def _config(priced: bool) -> ProbeConfig:
+    return EXPLORE_CONFIG if priced else UNPRICED_CONFIG
+
+
+def _replay_keywords(priced: bool) -> str:
+    return "" if priced else ", priced=False"
+
 
 RunEvent = tuple[str, "Callable[[RunProbe], object]"]
 
@@ -264,10 +282,11 @@ class Exploration:
 class _Explorer:
     """Shared plumbing: fresh probes on one memo and one coverage object, the scenario tally."""
 
-    def __init__(self, coverage: TransitionCoverage, config: ProbeConfig) -> None:
+    def __init__(self, coverage: TransitionCoverage, *, priced: bool = True) -> None:
         self.memo = MemoModels()
         self.coverage = coverage
-        self.config = config
+        self.priced = priced
+        self.config = _config(priced)
         self.tally = ScenarioTally("sequences", SCENARIOS)
         self.unattributed: list[Counterexample] = []
 
@@ -303,7 +322,7 @@ def _has_failed_prefix(path: Sequence[object], failed: set[tuple[object, ...]]) 
 
 
 def _sequence_counterexample(
-    path: Sequence[int], position: int, error: Disagreement
+    path: Sequence[int], position: int, error: Disagreement, *, priced: bool
 ) -> Counterexample:
     names = [RUN_EVENTS[event][0] for event in path]
     return Counterexample.of(
@@ -314,7 +333,8 @@ def _sequence_counterexample(
         model=error.model,
         runtime=error.runtime,
         replay=(
-            f"from diagnosis_harness.modelcheck import replay_sequence; replay_sequence({names!r})"
+            "from diagnosis_harness.modelcheck import replay_sequence; "
+            f"replay_sequence({names!r}{_replay_keywords(priced)})"
         ),
     )
 
@@ -339,7 +359,7 @@ def _run_replay(
         try:
             RUN_EVENTS[event][1](probe)
         except Disagreement as error:
-            return probe, _sequence_counterexample(path, position, error)
+            return probe, _sequence_counterexample(path, position, error, priced=explorer.priced)
     return probe, None
 
 
@@ -397,7 +417,13 @@ def _explore_run(explorer: _Explorer, depth: int, tick: Tick) -> SearchFigures:
 
 
 def _execution_counterexample(
-    policy: str, prelude: int, script: Sequence[Attempt], position: int, error: Disagreement
+    policy: str,
+    prelude: int,
+    script: Sequence[Attempt],
+    position: int,
+    error: Disagreement,
+    *,
+    priced: bool,
 ) -> Counterexample:
     prelude_name = RETRY_PRELUDES[prelude][0]
     texts = [str(attempt) for attempt in script]
@@ -415,7 +441,8 @@ def _execution_counterexample(
         runtime=error.runtime,
         replay=(
             "from diagnosis_harness.modelcheck import replay_execution; "
-            f"replay_execution({policy!r}, {prelude_name!r}, {texts!r})"
+            f"replay_execution({policy!r}, {prelude_name!r}, {texts!r}"
+            f"{_replay_keywords(priced)})"
         ),
     )
 
@@ -442,7 +469,10 @@ def _retry_run(
     except Disagreement as error:
         # Charged to the last attempt invoked (its handling is what differs), or the end.
         where = min(position[0], len(script) + 1)
-        return probe, None, None, _execution_counterexample(policy, prelude, script, where, error)
+        counterexample = _execution_counterexample(
+            policy, prelude, script, where, error, priced=explorer.priced
+        )
+        return probe, None, None, counterexample
     return probe, (at_gate[0] if at_gate else None), state, None
 
 
@@ -508,18 +538,22 @@ def explore(
     depth: int = 4,
     coverage: TransitionCoverage | None = None,
     tick: Callable[[str, int, int | None], None] | None = None,
+    priced: bool = True,
 ) -> Exploration:
     """Run both breadth-first searches and every sequence up to ``depth``; see the docstring.
 
     Never stops at a disagreement: the result says, per scenario, what was checked and the
     shortest counterexample. The rows taken are merged into ``coverage`` whether or not
     anything failed. ``tick(what, done, total)`` is called now and then (for a progress bar;
-    ``total`` is ``None`` while unknown).
+    ``total`` is ``None`` while unknown). ``priced=False`` explores the run without its money
+    limit (:data:`UNPRICED_CONFIG`); its counterexamples replay with ``priced=False``.
     """
     if depth < 1:
         raise ValueError(f"depth must be >= 1, got {depth!r}")
+    if priced.__class__ is not bool:
+        raise TypeError(f"priced must be a bool, got {priced!r}")
     own = TransitionCoverage()
-    explorer = _Explorer(own, EXPLORE_CONFIG)
+    explorer = _Explorer(own, priced=priced)
     started = time.perf_counter()
     try:
         run = _explore_run(explorer, depth, tick or _noop)
@@ -542,16 +576,19 @@ def explore(
 # -- replaying a counterexample --------------------------------------------------------------------
 
 
-def _fresh_probe() -> RunProbe:
-    return RunProbe(EXPLORE_CONFIG, models=MemoModels())
+def _fresh_probe(priced: bool) -> RunProbe:
+    if priced.__class__ is not bool:
+        raise TypeError(f"priced must be a bool, got {priced!r}")
+    return RunProbe(_config(priced), models=MemoModels())
 
 
-def replay_sequence(events: Iterable[str]) -> RunProbe:
-    """Apply the run explorer's ``events`` (by name) to a fresh run, checking every step.
+def replay_sequence(events: Iterable[str], *, priced: bool = True) -> RunProbe:
+    """Apply the run explorer's ``events`` (by name) to a fresh run, checking every step;
+    ``priced=False``: the run of ``explore(priced=False)``.
 
     Raises the :class:`Disagreement` a counterexample recorded; returns the probe if none.
     """
-    probe = _fresh_probe()
+    probe = _fresh_probe(priced)
     for name in events:
         if name not in _RUN_EVENT_INDEX:
             raise ValueError(f"unknown event {name!r}: use one of {sorted(_RUN_EVENT_INDEX)}")
@@ -559,9 +596,12 @@ def replay_sequence(events: Iterable[str]) -> RunProbe:
     return probe
 
 
-def replay_execution(policy: str, prelude: str, attempts: Iterable[str]) -> RunProbe:
+def replay_execution(
+    policy: str, prelude: str, attempts: Iterable[str], *, priced: bool = True
+) -> RunProbe:
     """Run one execution as the retry explorer does: ``prelude`` (by name), then ``policy``
-    over the scripted ``attempts`` (their texts). Raises the recorded :class:`Disagreement`."""
+    over the scripted ``attempts`` (their texts); ``priced=False``: on the run of
+    ``explore(priced=False)``. Raises the recorded :class:`Disagreement`."""
     if policy not in RETRY_POLICIES:
         raise ValueError(f"unknown policy {policy!r}: use one of {list(RETRY_POLICIES)}")
     if prelude not in _PRELUDE_INDEX:
@@ -571,7 +611,7 @@ def replay_execution(policy: str, prelude: str, attempts: Iterable[str]) -> RunP
         if text not in _ATTEMPT_BY_TEXT:
             raise ValueError(f"unknown attempt {text!r}: use one of {sorted(_ATTEMPT_BY_TEXT)}")
         script.append(_ATTEMPT_BY_TEXT[text])
-    probe = _fresh_probe()
+    probe = _fresh_probe(priced)
     RETRY_PRELUDES[_PRELUDE_INDEX[prelude]][1](probe)
     probe.execute(policy, script)
     return probe

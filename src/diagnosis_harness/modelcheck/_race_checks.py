@@ -10,8 +10,14 @@ Hypothesis-chosen schedules each. ``dev``: the same with random Hypothesis seeds
 three-actor scenario, and 1,000-2,000 Hypothesis schedules of four to sixteen actors.
 
 Money: paid Tool calls holding a worst case and settling an actual below, at or above it race
-for one money limit, two and three at a time exhaustively (one of them against a cancel), and
-sixteen $0.10 calls under $1.00 under Hypothesis-chosen schedules: exactly ten run.
+for one money limit, two at a time exhaustively (once against a cancel), three payers in
+``deep`` only, and sixteen $0.10 calls under $1.00 under Hypothesis-chosen schedules: exactly
+ten run.
+
+A run tree: a parent's cancel racing its children's Model-call reservations (nothing granted
+after the parent's ending, every child ended by it, each callback once, the children's before
+the parent's), three children under 30 Hypothesis-chosen schedules in ``ci``; in ``deep``, every
+schedule of two children (with and without money holds) and 1,000 schedules of three.
 
 Each race names one spec scenario; :func:`run_checks` charges a race's failure to it alone, with
 the violating schedule as a :class:`~._counterexample.Counterexample` that
@@ -36,6 +42,7 @@ from ._races import (
     reservation_race,
     snapshot_race,
     terminal_race,
+    tree_cancel_race,
     usage_race,
 )
 from ._results import CheckResult, ScenarioTally
@@ -98,11 +105,12 @@ def plan(profile: str) -> list[RaceCheck]:
         money_race([5, 10], hold=10, limit=15),
         money_race([15, 10], hold=10, limit=20),
     ]
-    money_three = [
-        money_race([10, 10], hold=10, limit=15, ender=True),
-        money_race([10, 10, 10], hold=10, limit=20, watch=False),
-    ]
+    money_three = [money_race([10, 10], hold=10, limit=15, ender=True)]
     paid = paid_tool_race(16, price=10, limit=100)  # $0.10 calls under $1.00: exactly 10 run
+    # A run tree: the parent's cancel racing three children's reservations. Every schedule of
+    # even two children with one call each is 1,374 (the cascade passes a scheduling point per
+    # run), so CI draws a few under Hypothesis and deep enumerates the small trees.
+    tree = tree_cancel_race([1, 1, 1])
     every_racer = terminal_race(*RACERS)
     four = terminal_race("succeed", "fail", "deadline", "budget")
     if profile != "deep":
@@ -112,6 +120,7 @@ def plan(profile: str) -> list[RaceCheck]:
             RaceCheck(every_racer, examples=50),
             RaceCheck(four, examples=50),
             RaceCheck(paid, examples=50),
+            RaceCheck(tree, examples=30),
         ]
     raced = {frozenset(s.actor_names) for s in two}
     names = list(RACERS)
@@ -130,9 +139,20 @@ def plan(profile: str) -> list[RaceCheck]:
         reservation_race([["a"], ["a"], ["b"], ["b"]], tool_calls=3, per_tool_calls=1),
         capacity_race([[3], [2], [2], [1]], limit=5),
     ]
-    money_three.append(money_race([15, 5, 10], hold=10, limit=20, watch=False))
+    # Three payers for two holds' money, every schedule: deep only. Its 2,000 schedules were a
+    # quarter of the CI plan's time, and the CI plan runs in every run of the bundled suite; in
+    # CI, two payers race every schedule and sixteen race under Hypothesis-chosen ones.
+    money_three += [
+        money_race([10, 10, 10], hold=10, limit=20, watch=False),
+        money_race([15, 5, 10], hold=10, limit=20, watch=False),
+    ]
+    trees = [
+        tree_cancel_race([1, 1]),
+        tree_cancel_race([2, 1]),
+        tree_cancel_race([1, 1], hold=10),
+    ]
     return [
-        *(RaceCheck(s) for s in two + three + fours + money_two + money_three),
+        *(RaceCheck(s) for s in two + three + fours + money_two + money_three + trees),
         *(RaceCheck(s, release_points=True) for s in two + three),
         *(RaceCheck(s, release_points=True) for s in money_two),
         RaceCheck(paid, examples=1_000),
@@ -147,6 +167,8 @@ def plan(profile: str) -> list[RaceCheck]:
             examples=1_000,
         ),
         RaceCheck(capacity_race([[2, 3], [3], [1], [4]], limit=6), examples=1_000),
+        RaceCheck(tree, examples=1_000),
+        RaceCheck(tree_cancel_race([2, 2, 2], hold=10), examples=1_000),
     ]
 
 

@@ -10,8 +10,9 @@ only, so nothing one schedule did is seen by the next. Each scenario names the o
 scenario) of the spec it exercises (``requirement``, ``spec_scenario``): a violation is charged
 to it alone. The builders, which the profiles and the tests call: :func:`terminal_race`,
 :func:`registration_race`, :func:`reservation_race`, :func:`model_call_race`,
-:func:`snapshot_race`, :func:`capacity_race`, :func:`usage_race`, :func:`money_race` and
-:func:`paid_tool_race`.
+:func:`snapshot_race`, :func:`capacity_race`, :func:`usage_race`, :func:`money_race`,
+:func:`paid_tool_race` and :func:`tree_cancel_race` (a run tree: a parent's cancel racing its
+children's reservations).
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ __all__ = [
     "Scenario",
     "SnapshotRace",
     "TerminalRace",
+    "TreeCancelRace",
     "UsageRace",
     "capacity_race",
     "model_call_race",
@@ -80,6 +82,7 @@ __all__ = [
     "reservation_race",
     "snapshot_race",
     "terminal_race",
+    "tree_cancel_race",
     "usage_race",
 ]
 
@@ -236,10 +239,11 @@ def _new_run(
     tool_calls: int = 10**9,
     per_tool_calls: int = 10**9,
     cost: Decimal | None = None,
+    run_id: str = "run-1",
 ) -> RunContext:
     return RunContext.create(
         session_id="session-1",
-        run_id="run-1",
+        run_id=run_id,
         limits=_limits(
             model_calls=model_calls, tool_calls=tool_calls, per_tool_calls=per_tool_calls, cost=cost
         ),
@@ -1086,4 +1090,151 @@ def paid_tool_race(calls: int, *, price: int, limit: int) -> Scenario:
         hold=price,
         limit=limit,
         name=f"paid tool[{calls} x {price}c, limit {limit}]",
+    )
+
+
+# -- a run tree: the parent's cancel racing its children's reservations ----------------------------
+
+TREE_PARENT: Final = "parent"
+
+
+@final
+class TreeCancelRace(Race):
+    """A parent's ``cancel(CLIENT_DISCONNECTED)`` racing its children's Model-call reservations.
+
+    The parent has ``len(calls)`` children, made before the race, each with one callback, and so
+    has the parent; actor ``i`` reserves ``calls[i]`` Model calls on child ``i`` in turn (holding
+    ``hold`` cents of the parent's money each when ``hold``), stopping at its first refusal; one
+    more actor cancels the parent, then reads the tree's usage. Invariant: nothing is granted to
+    any child after the parent's ending (the usage read after the cancel is the final usage);
+    every child ended ``CANCELLED`` by the parent's ending, with the reason that names it, and
+    every refusal carries its child's termination (a child stops only at a refusal); the
+    parent's counters are its children's granted calls and holds (no update lost, nothing
+    refused counted); each callback ran exactly once, with ``PARENT_ENDED`` for a child and the
+    cancel's reason for the parent, every child's before the parent's.
+    """
+
+    __slots__ = (
+        "_after_cancel",
+        "_calls",
+        "_children",
+        "_delivered",
+        "_granted",
+        "_hold",
+        "_refused",
+        "_root",
+    )
+
+    def __init__(
+        self, scheduler: Scheduler, lock: SchedLock, calls: tuple[int, ...], *, hold: int
+    ) -> None:
+        self._calls = calls
+        self._hold = hold
+        # The parent's limits race on nothing: only its ending refuses a child's call.
+        self._root = _new_run(
+            scheduler, lock, frozenset(), cost=cents(10**6) if hold else None, run_id=TREE_PARENT
+        )
+        self._children = [self._root.child(run_id=f"child-{i}") for i in range(len(calls))]
+        self._delivered: list[tuple[str, CancellationReason]] = []
+        for ctx in (self._root, *self._children):
+            ctx.cancellation.register(self._callback(ctx.run_id))
+        self._granted = [0] * len(calls)
+        self._refused: list[list[RunTerminated]] = [[] for _ in calls]
+        self._after_cancel: list[BudgetUsage] = []
+
+    def _callback(self, run_id: str) -> Callable[[CancellationReason], None]:
+        def callback(reason: CancellationReason) -> None:
+            self._delivered.append((run_id, reason))
+
+        return callback
+
+    def actors(self) -> list[Callable[[], object]]:
+        return [*(self._reserver(i) for i in range(len(self._calls))), self._cancel]
+
+    def _reserver(self, index: int) -> Callable[[], None]:
+        child = self._children[index]
+        max_cost = cents(self._hold) if self._hold else None
+
+        def reserve_all() -> None:
+            for _ in range(self._calls[index]):
+                try:
+                    child.reserve_model_call(max_cost=max_cost)
+                except RunTerminated as error:
+                    self._refused[index].append(error)
+                    return
+                self._granted[index] += 1
+
+        return reserve_all
+
+    def _cancel(self) -> None:
+        self._root.cancellation.cancel(CancellationReason.CLIENT_DISCONNECTED)
+        self._after_cancel.append(self._root.budget.snapshot())
+
+    def verdict(self) -> str:
+        usage = self._root.budget.snapshot()
+        if self._after_cancel and self._after_cancel[0] != usage:
+            raise InvariantViolation(
+                f"granted after the parent's ending: {self._after_cancel[0]} then {usage}"
+            )
+        held = self._hold * _CENT
+        granted = sum(self._granted)
+        if usage.model_calls != granted or usage.cost_held_units != granted * held:
+            raise InvariantViolation(
+                f"the parent counted {usage}, its children were granted {self._granted} calls"
+            )
+        root = self._root.lifecycle.termination
+        if root is None or root.state is not RunState.CANCELLED:
+            raise InvariantViolation(f"the parent ended {root}, not CANCELLED by its cancel")
+        cascade = f"cancelled: ancestor run {TREE_PARENT!r} ended CANCELLED: "
+        for index, child in enumerate(self._children):
+            self._check_child(index, child, usage.children[child.run_id], cascade)
+        self._check_callbacks()
+        return f"{granted} granted"
+
+    def _check_child(self, index: int, child: RunContext, usage: BudgetUsage, cascade: str) -> None:
+        termination = child.lifecycle.termination
+        if termination is None or termination.state is not RunState.CANCELLED:
+            raise InvariantViolation(f"{child.run_id} outlived its parent: {termination}")
+        if not termination.reason.startswith(cascade):
+            raise InvariantViolation(f"{child.run_id} ended {termination.reason!r}")
+        if usage.model_calls != self._granted[index]:
+            raise InvariantViolation(
+                f"{child.run_id} counted {usage.model_calls}, granted {self._granted[index]}"
+            )
+        refused = self._refused[index]
+        if self._granted[index] < self._calls[index] and not refused:
+            raise InvariantViolation(f"{child.run_id} stopped without a refusal")
+        if any(error.termination is not termination for error in refused):
+            raise InvariantViolation(f"a refusal of {child.run_id} carries another termination")
+
+    def _check_callbacks(self) -> None:
+        runs = [run_id for run_id, _ in self._delivered]
+        want = sorted([TREE_PARENT, *(child.run_id for child in self._children)])
+        if sorted(runs) != want:
+            raise InvariantViolation(f"callbacks ran {runs}, want each of {want} once")
+        if runs[-1] != TREE_PARENT:
+            raise InvariantViolation(f"a child's callback ran after the parent's: {runs}")
+        for run_id, reason in self._delivered:
+            expected = (
+                CancellationReason.CLIENT_DISCONNECTED
+                if run_id == TREE_PARENT
+                else CancellationReason.PARENT_ENDED
+            )
+            if reason is not expected:
+                raise InvariantViolation(f"{run_id}'s callback got {reason}, not {expected}")
+
+
+def tree_cancel_race(calls: Sequence[int], *, hold: int = 0) -> Scenario:
+    """A parent's cancel racing ``len(calls)`` children reserving ``calls[i]`` Model calls each,
+    holding ``hold`` cents of the parent's money per call when ``hold`` (see
+    :class:`TreeCancelRace`)."""
+    frozen = tuple(calls)
+    if not frozen or any(n < 1 for n in frozen) or hold < 0:
+        raise ValueError(f"calls must be >= 1 each and hold >= 0, got {frozen} and {hold}")
+    money = f", hold {hold}c" if hold else ""
+    return _scenario(
+        f"tree cancel[{' | '.join(map(str, frozen))}{money}]",
+        CLIENT_DISCONNECTS,
+        (*(f"child-{i} reserves x{n}" for i, n in enumerate(frozen)), "cancel parent"),
+        lambda scheduler, lock: TreeCancelRace(scheduler, lock, frozen, hold=hold),
     )

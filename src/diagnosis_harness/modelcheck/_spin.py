@@ -14,11 +14,17 @@ Promela model that Spin explores exhaustively for a fixed number of racing proce
   included, and bump the total and per-Tool counters and the money held in one locked step; a
   refusal reserves nothing and ends the run. Each granted call then settles its hold at an
   actual below, at or above it, even after the run ended: only such a settle takes settled +
-  held past the money limit, and it exhausts the run.
+  held past the money limit, and it exhausts the run;
+* the run tree (``promela/tree.pml``, hand-written): a root and three children whose every
+  reservation is one all-or-nothing step over the child and the root (the tree shares the
+  root's lock), counted in both; any ending of the root cancels every live child in the same
+  step; a child that exhausts the root ends it. No level passes its limit, every child of an
+  ended root has ended, each run ends once.
 
 The run lock is a ``d_step``: one indivisible transition. Each model has a seeded-bug variant
-that breaks exactly that (a read outside the lock, a take outside the lock, check-then-act) and
-which Spin must refute: it shows that the properties can fail, and that this module notices.
+that breaks exactly that (a read outside the lock, a take outside the lock, check-then-act; the
+tree's, a level left unchecked or a child left out of the cascade) and which Spin must refute:
+it shows that the properties can fail, and that this module notices.
 
 Checking: ``spin -a`` writes ``pan.c`` (one never claim per ``ltl`` block), ``gcc -O0`` builds
 it, and ``./pan -a -N <property>`` searches for acceptance cycles against one property at a
@@ -59,6 +65,11 @@ __all__ = [
     "BUDGET_SEEDED_BUGS",
     "INSTALL_HINT",
     "PROFILES",
+    "TREE_BUG_PROPERTIES",
+    "TREE_CHILDREN",
+    "TREE_PROPERTIES",
+    "TREE_SEEDED_BUGS",
+    "TREE_SITUATIONS",
     "ModelResult",
     "PanReport",
     "SpinModel",
@@ -71,9 +82,12 @@ __all__ = [
     "render_budget",
     "render_callbacks",
     "render_terminal_cas",
+    "render_tree",
     "run_checks",
     "run_spin",
     "spin_unavailable_reason",
+    "tree_calls",
+    "tree_limits",
 ]
 
 PROFILES: Final[Mapping[str, int]] = MappingProxyType({"ci": 5, "deep": 7})
@@ -364,6 +378,132 @@ def render_budget(racers: int = 5, *, seeded_bug: bool | str = False) -> str:
     )
 
 
+TREE_CHILDREN: Final = 3
+"""The children of the root in the run-tree model."""
+TREE_HOLD: Final = 2
+"""The worst case each reservation of the run-tree model holds (``max_cost``)."""
+TREE_LEAST: Final = 1
+"""The least hold each reservation of the run-tree model accepts (``min_cost``)."""
+
+TREE_SEEDED_BUGS: Final[Mapping[str, int]] = MappingProxyType(
+    {"child_only": 1, "check_then_act": 2, "cascade_skips": 3, "cascade_reends": 4}
+)
+"""The run-tree model's seeded bugs: a child's reservation checked against the child only (1);
+the levels checked in one locked step and bumped in the next (2); a cascade that leaves the last
+child out (3); a cascade without the compare-and-set, ending an ended child again (4)."""
+
+TREE_PROPERTIES: Final = (
+    "within_limits",
+    "rollup",
+    "descendants_end",
+    "one_ending",
+    "nothing_after_end",
+)
+"""The properties of the run-tree model (``ltl`` blocks of ``promela/tree.pml``)."""
+
+TREE_BUG_PROPERTIES: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
+    {
+        "child_only": ("within_limits",),
+        "check_then_act": ("within_limits",),
+        "cascade_skips": ("descendants_end", "nothing_after_end"),
+        "cascade_reends": ("one_ending",),
+    }
+)
+"""The properties Spin must refute in each seeded-bug variant of the run-tree model."""
+
+TREE_SITUATIONS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "refused_at_a_child": "exhausted[1] && !overrun[1] && live[0]",
+        "refused_at_the_root_on_money": (
+            "exhausted[0] && !overrun[0] && calls[0] < ROOT_CALL_LIMIT"
+        ),
+        "the_root_at_its_call_limit": "calls[0] == ROOT_CALL_LIMIT",
+        "a_partial_hold": "holding[1] == LEAST",
+        "a_settle_overruns_the_root": "overrun[0]",
+        "a_settle_overruns_a_child_alone": "overrun[1] && live[0]",
+        "a_child_cut_mid_call": "!live[0] && holding[1] > 0",
+        "a_child_ends_and_the_root_goes_on": "!live[1] && live[0] && !exhausted[1]",
+    }
+)
+"""What the run-tree model must reach with 2 calls per child (the ``ci`` profile), as Promela
+expressions: a property that holds in a model that never got there would show nothing. The
+tests check each with a claim ``[] !(situation)`` that Spin must refute."""
+
+
+def tree_limits(calls: int) -> dict[str, int]:
+    """The limits of the run-tree model when each child makes ``calls`` reservations.
+
+    Each child may make every call (``child_call_limit``) but its money cap lets one full hold
+    and one partial hold through, so a child is refused on its own money after an actual above
+    its hold; the root's Tool calls and money are below the children's sum, so a child is
+    refused at the root (and exhausts it), and the third full hold racing two is partial.
+    (With 2 calls each: children of 2 calls and 3 units, a root of 3 calls and 5 units.)
+    """
+    return {
+        "child_call_limit": calls,
+        "child_money": TREE_HOLD * calls - 1 if calls > 1 else TREE_HOLD,
+        "root_call_limit": TREE_CHILDREN * calls // 2,
+        "root_money": TREE_HOLD * (TREE_CHILDREN - 1) + 1,
+    }
+
+
+def tree_calls(racers: int) -> int:
+    """The reservations each child makes in the run-tree model of a profile with ``racers``:
+    1 for 3 or 4 racers, 2 for 5 or 6 (``ci``: about 90,000 states), 3 from 7 (``deep``: about
+    700,000). The tree's three children are fixed; its size grows with their calls."""
+    return max(1, min(3, (racers - 1) // 2))
+
+
+def render_tree(calls: int = 2, *, seeded_bug: bool | str = False) -> str:
+    """The run-tree model: a root and :data:`TREE_CHILDREN` children racing, each child making
+    ``calls`` reservations (partial money holds, settled at an actual Spin picks) and then
+    ending on its own, while one more process cancels the root. ``seeded_bug``: ``False`` or
+    one of :data:`TREE_SEEDED_BUGS` (``True`` is ``"child_only"``)."""
+    if calls.__class__ is not int or not 1 <= calls <= 4:
+        raise ValueError(f"the run-tree model needs 1 to 4 calls per child, got {calls!r}")
+    if seeded_bug is True:
+        bug = TREE_SEEDED_BUGS["child_only"]
+    elif seeded_bug is False:
+        bug = 0
+    elif seeded_bug in TREE_SEEDED_BUGS:
+        bug = TREE_SEEDED_BUGS[seeded_bug]
+    else:
+        raise ValueError(
+            f"seeded_bug must be a bool or one of {sorted(TREE_SEEDED_BUGS)}, got {seeded_bug!r}"
+        )
+    limits = tree_limits(calls)
+    children = range(1, TREE_CHILDREN + 1)
+    runs = range(TREE_CHILDREN + 1)
+
+    def within(r: int) -> str:
+        level = "ROOT" if r == 0 else "CHILD"
+        calls_limit, money = f"{level}_CALL_LIMIT", f"{level}_MONEY"
+        return (
+            f"calls[{r}] <= {calls_limit} && (settled[{r}] + held[{r}] <= {money} "
+            f"|| (overrun[{r}] && !live[{r}]))"
+        )
+
+    return _template("tree.pml").substitute(
+        children=TREE_CHILDREN,
+        runs=TREE_CHILDREN + 1,
+        calls=calls,
+        hold=TREE_HOLD,
+        least=TREE_LEAST,
+        seeded_bug=bug,
+        **limits,
+        cascade="; ".join(f"CASCADE_ONE({c})" for c in children),
+        cascade_skipping="; ".join(f"CASCADE_ONE({c})" for c in children[:-1]),
+        all_within=" && ".join(f"({within(r)})" for r in runs),
+        sum_calls=" + ".join(f"calls[{c}]" for c in children),
+        sum_held=" + ".join(f"held[{c}]" for c in children),
+        sum_settled=" + ".join(f"settled[{c}]" for c in children),
+        all_holding=_conjunction("held[{i}] == holding[{i}] && held[{i}] >= 0", children),
+        all_children_ended=_conjunction("!live[{i}]", children),
+        all_at_most_once=_conjunction("ends[{i}] <= 1", runs),
+        all_ended_once=_conjunction("ends[{i}] == 1", runs),
+    )
+
+
 def build_models(racers: int) -> tuple[SpinModel, ...]:
     """Every model the checks run, real and seeded-bug, with the properties each is checked on."""
     return (
@@ -419,6 +559,17 @@ def build_models(racers: int) -> tuple[SpinModel, ...]:
                     expected_violation=True,
                 ),
             )
+        ),
+        SpinModel("tree", racers, render_tree(tree_calls(racers)), TREE_PROPERTIES),
+        *(
+            SpinModel(
+                f"tree_{bug}_seeded_bug",
+                racers,
+                render_tree(tree_calls(racers), seeded_bug=bug),
+                properties,
+                expected_violation=True,
+            )
+            for bug, properties in TREE_BUG_PROPERTIES.items()
         ),
     )
 
@@ -604,13 +755,18 @@ SCENARIOS_OF_MODEL: Final[Mapping[str, tuple[SpecScenario, ...]]] = MappingProxy
         "callbacks": (CLIENT_DISCONNECTS,),
         "budget": (PER_TOOL,),
         "budget_unheld": (PER_TOOL,),
+        # A run tree: its reservations at every level, its cascade (a cancel stops the children's
+        # work) and one ending per run.
+        "tree": (PER_TOOL, CLIENT_DISCONNECTS, BUDGET_WINS),
     }
 )
 """The spec scenarios each model's properties exercise (a seeded-bug variant, the same)."""
 
 
 def _base(name: str) -> str:
-    return name.removesuffix("_seeded_bug")
+    base = name.removesuffix("_seeded_bug")
+    # Every seeded-bug variant of the run tree is charged to the tree's scenarios.
+    return "tree" if base.startswith("tree_") else base
 
 
 def _counterexample(result: ModelResult) -> Counterexample:

@@ -128,6 +128,10 @@ class StoreLink:
         """The listener stops watching ``run`` (it learned of the ending, or the run is gone)."""
         self._listener.forget(channel, run)
 
+    def owners(self) -> list[RedisRun]:
+        """The owners in this process the listener watches now (see ``Listener.owners``)."""
+        return self._listener.owners()
+
     @property
     def watched(self) -> frozenset[str]:
         return self._listener.watched

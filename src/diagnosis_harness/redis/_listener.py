@@ -135,6 +135,13 @@ class Listener:
             owners = [ref() for refs in self._owners.values() for ref in refs]
         return frozenset(run.run_id for run in owners if run is not None)
 
+    def owners(self) -> list[RedisRun]:
+        """The owners watched now (held, and not yet told of their run's ending)."""
+        with self._lock:
+            self._prune()
+            refs = [ref for refs in self._owners.values() for ref in refs]
+        return [run for run in (ref() for ref in refs) if run is not None]
+
     def watch(self, channel: str, run: RedisRun) -> None:
         """Watch ``run`` on ``channel`` until :meth:`forget` or until it is collected; starts the
         thread if needed. ``run`` has read its run's state once already and found it running."""

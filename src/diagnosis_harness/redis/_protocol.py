@@ -11,6 +11,9 @@ every answer with :func:`decode`, which checks that the function may answer the 
 the count of fields is the shape's: a library and a decoder that disagree fail with
 :class:`ProtocolError`, naming the function, and never read the wrong field.
 
+One answer is nested: ``tree`` answers ``'tree'`` then one entry per run (:class:`TreeRun`), each
+ending with a whole :class:`Snapshot` answer, decoded as any other.
+
 The fields of :class:`Status` past its code are the names of the run hash's own fields, so a read
 of the hash (:data:`STATUS_FIELDS`, one ``HMGET``) is decoded as a script's status is
 (:func:`status_of`).
@@ -41,6 +44,8 @@ __all__ = [
     "ProtocolError",
     "Snapshot",
     "Status",
+    "Tree",
+    "TreeRun",
     "Unknown",
     "decode",
     "lua",
@@ -127,6 +132,24 @@ class Snapshot(NamedTuple):
         return Status._make(self[: len(Status._fields)])
 
 
+class TreeRun(NamedTuple):
+    """One run of a :class:`Tree`: its ID, its parent's (``None`` for the root), its stored
+    limits (the JSON the store keeps) and its :class:`Snapshot`."""
+
+    run_id: str
+    parent: str | None
+    limits: str
+    snapshot: Snapshot
+
+
+class Tree(NamedTuple):
+    """``tree``: the run read with its ancestors and descendants in one step. ``runs``: the run
+    first, then its ancestors nearest first, then its descendants, each after its parent."""
+
+    code: str
+    runs: tuple[TreeRun, ...]
+
+
 class Capacity(NamedTuple):
     """``capacity``: ``ok`` (reserved), ``no`` (refused, or a read), ``limit`` (the stored limit
     is another one); ``limit`` and ``used`` are the stored ones."""
@@ -136,7 +159,7 @@ class Capacity(NamedTuple):
     used: int
 
 
-Answer = Unknown | Passed | Held | Created | Status | Snapshot | Capacity
+Answer = Unknown | Passed | Held | Created | Status | Snapshot | Tree | Capacity
 
 _PAIRS: Final = "per_tool"  # a last field made of every (name, count) pair after the others
 _KINDS: Final[tuple[type[Answer], ...]] = (
@@ -167,6 +190,9 @@ ANSWERS: Final[Mapping[str, Mapping[str, type[Answer]]]] = MappingProxyType(
         "finish": _ENDED,
         "cancel": _ENDED,
         "snapshot": {"ok": Snapshot, "unknown": Unknown},
+        "tree": {"tree": Tree, "unknown": Unknown},
+        "claim": {"ok": Created, "exists": Created},
+        "create_child": {"ok": Created, "exists": Created, "ended": Status, "unknown": Unknown},
         "capacity": {"ok": Capacity, "no": Capacity, "limit": Capacity, "unknown": Unknown},
     }
 )
@@ -241,7 +267,25 @@ def decode(function: str, raw: Sequence[Any]) -> Answer:
             f"the Redis function {function!r} answered the code {code!r}: it answers "
             f"{', '.join(map(repr, shapes))} only"
         )
+    if kind is Tree:
+        return _tree(function, raw)
     return _shaped(function, kind, raw)
+
+
+def _tree(function: str, raw: Sequence[Any]) -> Tree:
+    """A ``tree`` answer: each entry is [run ID, parent ID or '', limits JSON, a Snapshot]."""
+    runs = []
+    for entry in raw[1:]:
+        if not isinstance(entry, list) or len(entry) != len(TreeRun._fields):
+            raise ProtocolError(
+                f"the Redis function {function!r} answered a tree entry {entry!r}; each has "
+                f"{len(TreeRun._fields)}: {', '.join(TreeRun._fields)}"
+            )
+        run_id, parent, limits, snapshot = entry
+        shaped = _shaped(function, Snapshot, snapshot)
+        assert isinstance(shaped, Snapshot)  # the shape it was given
+        runs.append(TreeRun(_str(run_id), _str(parent) or None, _str(limits), shaped))
+    return Tree(_str(raw[0]), tuple(runs))
 
 
 def status_of(values: Sequence[bytes | str | None]) -> Status | Unknown:

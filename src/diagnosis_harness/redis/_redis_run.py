@@ -13,13 +13,25 @@ of a property, or woken by the store's listener -- signals its ``CancelSignal`` 
 reason, which runs this process's callbacks exactly once. The thread whose operation recorded
 the ending waits until they have run, wherever they ran, before it returns.
 
-Time. Redis holds every instant on the *run's timeline*: nanoseconds since the run was created,
-on the Redis server's clock. Each process maps its own clock onto it once, when it creates or
-attaches: ``offset = run_time_now - clock.monotonic_ns()``, with ``run_time_now`` read from the
-server's ``TIME`` (halfway through the round trip). A boundary sends ``now_ns + offset``; the
-deadline and every termination's ``at_ns`` come back as ``stored - offset``, on the process's own
-clock. So all processes compare against one instant; a process's error is half a round trip plus
-its clock's drift since it attached, and the hosts' wall clocks do not matter.
+Trees. A child run (:meth:`RedisRun.create_child`) lives under its root's hash tag
+(:class:`~._run_keys.RunKeys`), so each operation of a child is still one function call: it
+checks and counts the child and every ancestor, and an ending ends every live descendant in the
+same call (``lua/common.lua``). Each owner knows its ancestors (``_path``, fixed when made or
+attached). The callbacks of one process run descendants first: an owner delivering its ending
+first has every owner of its descendants in this process read theirs (they have ended with it)
+and waits until their callbacks have run; the functions publish the endings deepest first, so
+the listener wakes the owners in that order too. An owner whose operation ended its run has the
+owners of its ancestors in this process read theirs before it returns (an ancestor's limit may
+have ended them too).
+
+Time. Redis holds every instant on the *run's timeline*: nanoseconds since the run (the root of
+its tree: every run of a tree shares it) was created, on the Redis server's clock. Each process
+maps its own clock onto it once, when it creates or attaches: ``offset = run_time_now -
+clock.monotonic_ns()``, with ``run_time_now`` read from the server's ``TIME`` (halfway through
+the round trip); a child made here takes its parent's offset. A boundary sends ``now_ns +
+offset``; the deadline and every termination's ``at_ns`` come back as ``stored - offset``, on the
+process's own clock. So all processes compare against one instant; a process's error is half a
+round trip plus its clock's drift since it attached, and the hosts' wall clocks do not matter.
 
 Bounded. Every operation -- a boundary, a usage report, an ending, a read of a property --
 waits for the store at most until the run's deadline, or the store's timeout if sooner, and at
@@ -44,48 +56,48 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import TYPE_CHECKING, Final, final
+from types import MappingProxyType
+from typing import TYPE_CHECKING, final
 
 import redis
 
 from .._boundary import Boundary
 from .._cancellation import CancelSignal
 from .._endings import CANCELLED, FinishResult, RunTermination, ending_of_cancel, error_for
-from .._errors import RunStoreUnavailable, UnknownRun
+from .._errors import RunStoreConflict, RunStoreUnavailable, UnknownRun
 from .._generated.tables import BudgetState, LifecycleEvent, RunState
-from .._limits import BudgetUsage
+from .._limits import BudgetDimension, BudgetUsage
 from ._ops import OperationIds
-from ._protocol import STATUS_FIELDS, Held, Passed, Snapshot, Status, Unknown, status_of
+from ._protocol import STATUS_FIELDS, Created, Held, Passed, Status, Tree, Unknown, status_of
+from ._run_keys import RunKeys
+from ._stored import LUA_EXACT, cost_units, limits_of, run_fields
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from .._backend import RunStore
     from .._cancellation import CallbackErrorHandler, CancellationCallback
     from .._clock import Clock
     from .._endings import CancellationReason
-    from .._limits import BudgetDimension, BudgetLimits
+    from .._limits import BudgetLimits
     from ._bounded import Bound
     from ._link import StoreLink
-    from ._protocol import Answer
-    from ._store import RedisRunStore, RunKeys
+    from ._protocol import Answer, TreeRun
+    from ._store import RedisRunStore
 
-__all__ = ["RedisRun"]
-
-LUA_EXACT: Final = 2**53
-"""Lua numbers are doubles, exact for integers below this: every limit, count and amount of
-money (picodollars) the functions compare or add stays below it."""
+__all__ = ["LUA_EXACT", "RedisRun"]
 
 
 @final
 class RedisRun:
     """One run's owner in this process; implements :class:`~._backend.RunBackend`. Thread-safe.
 
-    Fixed when made: the store's link, the keys, ``limits``, ``offset`` (this process's clock onto
-    the run's timeline), the clock. Under ``_lock``: ``_signal`` (this process's callbacks). Set
-    once and never changed: ``_termination`` (read from the store), ``_delivered`` (this process's
-    callbacks have run). ``_unsent``, under ``_unsent_lock``: usage reports to send again. ``_ids``:
-    the operation ids of this owner's writes (thread-safe itself).
+    Fixed when made: the store (and its link), the keys, ``limits``, ``offset`` (this process's
+    clock onto the tree's timeline), the clock, ``_path`` (the run's ancestors, parent first, root
+    last: empty for a root), ``_priced`` (it or an ancestor has a money limit). Under ``_lock``:
+    ``_signal`` (this process's callbacks). Set once and never changed: ``_termination`` (read
+    from the store), ``_delivered`` (this process's callbacks have run). ``_unsent``, under
+    ``_unsent_lock``: usage reports to send again. ``_ids``: the operation ids of this owner's
+    writes (thread-safe itself).
     """
 
     __slots__ = (
@@ -93,12 +105,15 @@ class RedisRun:
         "_clock",
         "_delivered",
         "_deliverer",
+        "_expire_after_ms",
         "_ids",
         "_keys",
         "_limits",
         "_link",
         "_lock",
         "_offset",
+        "_path",
+        "_priced",
         "_signal",
         "_store",
         "_termination",
@@ -118,9 +133,15 @@ class RedisRun:
         clock: Clock,
         on_callback_error: CallbackErrorHandler,
         store: RedisRunStore,
+        path: tuple[str, ...],
+        priced: bool,
+        expire_after_ms: int,
     ) -> None:
         self._link = link
         self._store = store
+        self._path = path
+        self._priced = priced
+        self._expire_after_ms = expire_after_ms  # how long a child's index outlives its deadline
         self._keys = keys
         self._limits = limits
         self.deadline_ns = deadline_ns  # the stored instant on this process's clock
@@ -143,14 +164,14 @@ class RedisRun:
 
     @property
     def parent_run_id(self) -> str | None:
-        return None  # run trees on Redis: not yet
+        return self._path[0] if self._path else None
 
     @property
     def priced(self) -> bool:
-        return self._limits.cost is not None
+        return self._priced
 
     @property
-    def store(self) -> RunStore:
+    def store(self) -> RedisRunStore:
         return self._store
 
     @property
@@ -165,11 +186,75 @@ class RedisRun:
         deadline_ns: int,
         on_callback_error: CallbackErrorHandler,
     ) -> RedisRun:
-        """Not yet: a run tree lives in one process for now."""
-        raise NotImplementedError(
-            f"run {self.run_id!r} lives in a RedisRunStore, which keeps no run trees yet: "
-            "create the parent without store= to give it children"
+        """Publish a child of this run in its tree and return its owner in this process.
+
+        Two steps, as the child's ID and its tree are two slots: the ID is *claimed* under its
+        own hash tag (``claim.lua``: an index naming the root, refused if a root or a child of
+        any tree holds the ID), then the child is written under the root's tag
+        (``create_child.lua``: refused, and the claim dropped, if this run has ended). Both carry
+        one operation id, which a creation the store did not answer leaves to the next creation
+        of the same ID: sent again, each step finds its own work done. A process that stops
+        between the two leaves the claim alone: the ID stays taken -- and an attach by it finds
+        no run -- until the claim expires, the child's deadline plus the store's
+        ``expire_after`` after it was made. :class:`RunStoreConflict` for a taken ID; this run's
+        ``RunTerminated`` once it has ended; ValueError for a number the functions cannot keep.
+        """
+        keys = RunKeys.of(self._keys.namespace, run_id, self._keys.root_id)
+        fields = run_fields(limits)  # ValueError before anything is sent
+        deadline_ns = min(deadline_ns, self.deadline_ns)
+        bound = self._bound()
+        left_ms = -(-(deadline_ns - self._clock.monotonic_ns()) // 1_000_000)  # rounded up
+        write = ("create_child", run_id)
+        op_id = self._ids.take(write)
+        claim = keys.claim
+        try:
+            claimed = self._link.call(
+                "claim",
+                claim,
+                [claim.channel, op_id, 0, keys.root_id, max(0, left_ms) + self._expire_after_ms,
+                 "claim"],
+                bound,
+            )  # fmt: skip
+            if claimed == Created("exists"):
+                raise RunStoreConflict(
+                    self._link.name, f"run {run_id!r} exists already in the store"
+                )
+            answer = self._link.call(
+                "create_child",
+                keys,
+                [keys.channel, op_id, self._clock.monotonic_ns() + self._offset, self.run_id,
+                 deadline_ns + self._offset, *fields],
+                bound,
+            )  # fmt: skip
+        except redis.RedisError as error:
+            self._ids.unanswered(write, op_id)
+            raise self._link.unavailable(f"create of child run {run_id!r}", error) from error
+        if answer != Created("ok"):
+            with contextlib.suppress(redis.RedisError):  # else the claim expires by itself
+                self._link.call("claim", claim, [claim.channel, op_id, 0, "", 0, "release"])
+            if isinstance(answer, Unknown):
+                raise self._link.unknown(self.run_id)
+            if isinstance(answer, Status):  # this run has ended: its ending is the refusal
+                self._learn(answer)
+                termination = self._termination
+                assert termination is not None  # the status shows the ending
+                raise error_for(termination, None, answer.exhausted)
+            raise RunStoreConflict(self._link.name, f"run {run_id!r} exists already in the store")
+        child = RedisRun(
+            link=self._link,
+            keys=keys,
+            limits=limits,
+            deadline_ns=deadline_ns,
+            offset=self._offset,  # one timeline for the tree
+            clock=self._clock,
+            on_callback_error=on_callback_error,
+            store=self._store,
+            path=(self.run_id, *self._path),
+            priced=self._priced or limits.cost is not None,
+            expire_after_ms=self._expire_after_ms,
         )
+        self._link.watch(keys.channel, child)  # the listener reads it once subscribed
+        return child
 
     @property
     def ending_delivered(self) -> bool:
@@ -202,21 +287,12 @@ class RedisRun:
         return self._learn(self._read()).exhausted
 
     def snapshot(self) -> BudgetUsage:
-        answer = self._run("snapshot")
-        assert isinstance(answer, Snapshot)  # its one answer but Unknown, which _script raises
-        self._learn(answer.status)
-        return BudgetUsage(
-            model_calls=answer.model_calls,
-            tool_calls=answer.tool_calls,
-            per_tool_calls=answer.per_tool,
-            input_tokens=answer.input_tokens,
-            output_tokens=answer.output_tokens,
-            total_tokens=answer.input_tokens + answer.output_tokens,
-            run_bytes=answer.run_bytes,
-            exhausted=answer.exhausted,
-            cost_units=answer.cost,
-            cost_held_units=answer.cost_held,
-        )
+        """Every counter of the run, of each descendant (``children``) and the ancestors'
+        room (``capped_by``), read in one function call (``tree.lua``)."""
+        answer = self._run("tree")
+        assert isinstance(answer, Tree)  # its one answer but Unknown, which _script raises
+        self._learn(answer.runs[0].snapshot.status)
+        return _usage_of(answer.runs)
 
     def refresh(self) -> None:
         """Read the run's stored state; an ending read here runs this process's callbacks."""
@@ -257,7 +333,7 @@ class RedisRun:
     def _check_hold(self, hold: int) -> None:
         """Refuse a hold the functions could not keep exactly: only without a money limit, as
         a hold above the limit (below 2**53, the store's check) is the limit's refusal."""
-        if hold >= LUA_EXACT and self._limits.cost is None:
+        if hold >= LUA_EXACT and not self._priced:
             raise ValueError(
                 f"max_cost must be below 2**53 picodollars ($9,007.199254740992) in a "
                 f"RedisRunStore, got {hold} picodollars"
@@ -464,6 +540,7 @@ class RedisRun:
             self._deliver(status.signal, ended_now=False)
         if status.code == "ended_now":
             self._await_delivery()
+            self._refresh_ancestors()
         return status
 
     def _deliver(self, reason: CancellationReason, *, ended_now: bool) -> None:
@@ -473,12 +550,51 @@ class RedisRun:
                 self._deliverer = threading.get_ident()
         if pending is not None:
             try:
+                self._deliver_descendants()
                 self._signal.deliver(pending, reason)
             finally:
                 self._delivered.set()
                 self._link.forget(self._keys.channel, self)  # the listener has no more to do
         elif ended_now:
             self._await_delivery()
+
+    def _tree_owners(self) -> list[RedisRun]:
+        """The other owners in this process of runs of this run's tree that have not learned of
+        their run's ending yet (those the store's listener watches)."""
+        root = self._keys.root_id
+        return [
+            owner
+            for owner in self._link.owners()
+            if owner is not self and owner._keys.root_id == root  # noqa: SLF001 - same class
+        ]
+
+    def _deliver_descendants(self) -> None:
+        """Before this run's callbacks, its descendants' in this process, deepest first: each has
+        ended with it (an ended run has no live descendant), so a read delivers it, and its
+        callbacks have run when this returns, whichever thread runs them."""
+        below = [
+            owner
+            for owner in self._tree_owners()
+            if self.run_id in owner._path  # noqa: SLF001 - same class
+        ]
+        below.sort(key=lambda owner: -len(owner._path))  # noqa: SLF001 - same class
+        for owner in below:
+            owner.refresh_from_listener()
+            if owner.ending_delivered or owner._termination is not None:  # noqa: SLF001
+                owner._await_delivery()  # noqa: SLF001 - same class
+
+    def _refresh_ancestors(self) -> None:
+        """After an operation of this owner ended its run: the owners in this process of its
+        ancestors re-read theirs, nearest first -- a reservation or a usage report may have
+        ended them too (an ancestor's limit), and their callbacks then run before this returns
+        (each after its own descendants')."""
+        if not self._path:
+            return
+        owners = self._tree_owners()
+        for ancestor in self._path:
+            for owner in owners:
+                if owner.run_id == ancestor:
+                    owner.refresh_from_listener()
 
     def _await_delivery(self) -> None:
         """The caller whose operation ended the run returns after the callbacks ran."""
@@ -502,6 +618,87 @@ class RedisRun:
 
     def __repr__(self) -> str:
         return f"RedisRun(run_id={self._keys.run_id!r}, store={self._link.name})"
+
+
+_ROOM_DIMENSIONS: tuple[BudgetDimension, ...] = (
+    BudgetDimension.MODEL_CALLS,
+    BudgetDimension.TOOL_CALLS,
+    BudgetDimension.INPUT_TOKENS,
+    BudgetDimension.OUTPUT_TOKENS,
+    BudgetDimension.TOTAL_TOKENS,
+    BudgetDimension.RUN_BYTES,
+)
+
+
+def _rooms(entry: TreeRun) -> dict[BudgetDimension, int]:
+    """What a run's own limits leave, per limit (``COST`` only with a money limit), as the run
+    in one process counts them (``LocalRun._rooms_locked``)."""
+    limits = limits_of(entry.limits)
+    s = entry.snapshot
+    used = {
+        BudgetDimension.MODEL_CALLS: s.model_calls,
+        BudgetDimension.TOOL_CALLS: s.tool_calls,
+        BudgetDimension.INPUT_TOKENS: s.input_tokens,
+        BudgetDimension.OUTPUT_TOKENS: s.output_tokens,
+        BudgetDimension.TOTAL_TOKENS: s.input_tokens + s.output_tokens,
+        BudgetDimension.RUN_BYTES: s.run_bytes,
+    }
+    rooms = {d: getattr(limits, d.value) - used[d] for d in _ROOM_DIMENSIONS}
+    money = cost_units(limits)
+    if money is not None:
+        rooms[BudgetDimension.COST] = money - s.cost - s.cost_held
+    return rooms
+
+
+def _usage_of(runs: tuple[TreeRun, ...]) -> BudgetUsage:
+    """The first run's usage from a tree read: its counters, each descendant's (``children``,
+    recursively, oldest first) and, for each run, ``capped_by``: per limit, the ancestor whose
+    room is the least and below the run's own (the nearest on a tie)."""
+    by_id = {entry.run_id: entry for entry in runs}
+    children: dict[str, list[str]] = {}
+    for entry in runs[1:]:
+        if entry.parent is not None:
+            children.setdefault(entry.parent, []).append(entry.run_id)
+    rooms: dict[str, dict[BudgetDimension, int]] = {}
+
+    def rooms_of(run_id: str) -> dict[BudgetDimension, int]:
+        if run_id not in rooms:
+            rooms[run_id] = _rooms(by_id[run_id])
+        return rooms[run_id]
+
+    def capped_by(entry: TreeRun) -> dict[BudgetDimension, str]:
+        if entry.parent is None:
+            return {}
+        least = dict(rooms_of(entry.run_id))
+        capped: dict[BudgetDimension, str] = {}
+        ancestor: str | None = entry.parent
+        while ancestor is not None:
+            for dimension, room in rooms_of(ancestor).items():
+                if dimension not in least or room < least[dimension]:
+                    least[dimension] = room
+                    capped[dimension] = ancestor
+            ancestor = by_id[ancestor].parent
+        return capped
+
+    def usage(run_id: str) -> BudgetUsage:
+        entry = by_id[run_id]
+        s = entry.snapshot
+        return BudgetUsage(
+            model_calls=s.model_calls,
+            tool_calls=s.tool_calls,
+            per_tool_calls=s.per_tool,
+            input_tokens=s.input_tokens,
+            output_tokens=s.output_tokens,
+            total_tokens=s.input_tokens + s.output_tokens,
+            run_bytes=s.run_bytes,
+            exhausted=s.exhausted,
+            cost_units=s.cost,
+            cost_held_units=s.cost_held,
+            children=MappingProxyType({c: usage(c) for c in children.get(run_id, ())}),
+            capped_by=MappingProxyType(capped_by(entry)),
+        )
+
+    return usage(runs[0].run_id)
 
 
 def _check_tokens(input_tokens: int, output_tokens: int) -> None:

@@ -4,7 +4,8 @@ Theory of operation. The library loaded into Redis (``FUNCTION LOAD``, Redis 7) 
 function per operation, whose body is ``lua/<operation>.lua``, after two shared parts: a prelude
 rendered here -- the rows of the budget and lifecycle machines (``model/budget.toml``,
 ``model/lifecycle.toml``), the signal each ending sends
-(:data:`~diagnosis_harness._endings.ENDINGS`), the boundary at which each limit is reached
+(:data:`~diagnosis_harness._endings.ENDINGS`) and the one a cascade sends (``PARENT_ENDED``), the
+boundary at which each limit is reached
 (:data:`~diagnosis_harness._endings.LIMIT_BOUNDARY`), the wording of every reason
 (:data:`~diagnosis_harness._endings.REASON_TEXTS`) and the fields of every answer
 (:mod:`._protocol`) -- and ``lua/common.lua``, the steps every operation shares. A library's top
@@ -29,8 +30,8 @@ from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Final, final
 
-from .._endings import ENDINGS, LIMIT_BOUNDARY, REASON_TEXTS
-from .._generated.tables import BUDGET, LIFECYCLE
+from .._endings import ENDINGS, LIMIT_BOUNDARY, REASON_TEXTS, CancellationReason
+from .._generated.tables import BUDGET, LIFECYCLE, LifecycleEvent
 from . import _protocol
 
 if TYPE_CHECKING:
@@ -128,6 +129,11 @@ def prelude() -> str:
     )
     texts = ", ".join(f"{t.name} = {_lua_text(t.text)}" for t in REASON_TEXTS)
     boundaries = ", ".join(f"{d.value} = '{b.name}'" for d, b in LIMIT_BOUNDARY.items())
+    # The cascade: a descendant of a run that ended is CANCELLED, signalled PARENT_ENDED.
+    cascade = (
+        f"local CASCADE = {{event = {_lua_string(LifecycleEvent.CANCEL.value)}, "
+        f"signal = {_lua_string(CancellationReason.PARENT_ENDED.value)}}}"
+    )
     return "\n".join(
         [
             "-- Rendered by diagnosis_harness.redis._scripts from the generated tables, "
@@ -136,6 +142,7 @@ def prelude() -> str:
             _machine(LIFECYCLE, "LIFECYCLE"),  # type: ignore[arg-type]  # as above
             f"local SIGNAL = {{{signals}}}",
             f"local LIMIT_BOUNDARY = {{{boundaries}}}",
+            cascade,
             _TAKE,
             f"local TEXT = {{{texts}}}",
             _TEXT,

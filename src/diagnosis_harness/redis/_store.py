@@ -4,9 +4,10 @@ Theory of operation. A store is a Redis client, a namespace and how long a run's
 ending. It validates what it is given once, loads the scripts of :mod:`._scripts`, and makes the
 owners (:class:`~._redis_run.RedisRun`) of the runs ``RunContext.create(..., store=...)``
 publishes and ``RunContext.attach(...)`` opens. The keys of a run are built from safe segments,
-the way :class:`~diagnosis_harness.ToolCallKeyFactory` builds Tool Call keys, with the run ID as
-the hash tag: ``{namespace}:{{run_id}}:{part}``, so one run lives in one Redis Cluster slot and
-every script touches keys of one slot only.
+the way :class:`~diagnosis_harness.ToolCallKeyFactory` builds Tool Call keys, with the ID of its
+tree's root as the hash tag: ``{namespace}:{{run_id}}:{part}`` for a root,
+``{namespace}:{{root_id}}:{run_id}:{part}`` for a child (``ctx.child``), so one tree lives in one
+Redis Cluster slot and every script touches keys of one slot only (:class:`RunKeys`).
 
 Every round trip -- the store's and its owners' -- goes through one private
 :class:`~._link.StoreLink` and its :class:`~._bounded.BoundedClient`, made from the given client:
@@ -17,105 +18,28 @@ only its public methods; the owners it makes hold the link.
 
 from __future__ import annotations
 
-import json
 import math
 import uuid
-from dataclasses import dataclass
-from decimal import Decimal
 from typing import TYPE_CHECKING, Final, final
 
 import redis
 
 from .._errors import RunStoreConflict
 from .._keys import safe_segment
-from .._limits import COUNTED_DIMENSIONS, BudgetLimits
 from ._capacity import RedisCapacityCounter
 from ._link import StoreLink, load
 from ._protocol import Created
-from ._redis_run import LUA_EXACT, RedisRun
+from ._redis_run import RedisRun
+from ._run_keys import RunKeys
+from ._stored import limits_differ, limits_of, run_fields
 
 if TYPE_CHECKING:
     from .._cancellation import CallbackErrorHandler
     from .._clock import Clock
+    from .._limits import BudgetLimits
     from ._bounded import Bound
 
 __all__ = ["RedisRunStore", "RunKeys"]
-
-_PARTS: Final = ("run", "tools", "ops", "capacity")
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class RunKeys:
-    """The keys of one run: ``{namespace}:{{run_id}}:{part}``, one hash tag."""
-
-    run_id: str
-    run: str
-    channel: str
-    all: tuple[str, ...]  # the scripts' KEYS, in the order common.lua names them
-
-    @classmethod
-    def of(cls, namespace: str, run_id: str) -> RunKeys:
-        safe_segment("run_id", run_id)
-        base = f"{namespace}:{{{run_id}}}"
-        keys = tuple(f"{base}:{part}" for part in _PARTS)
-        return cls(run_id=run_id, run=keys[0], channel=f"{base}:ended", all=keys)
-
-
-def _limits_values(limits: BudgetLimits) -> dict[str, object]:
-    """Every field of the limits by name, the overrides as a plain dict sorted by tool, the
-    money limit as the text of its ``Decimal`` (JSON has no exact decimal) or ``None``."""
-    values: dict[str, object] = {d.value: getattr(limits, d.value) for d in COUNTED_DIMENSIONS}
-    values["per_tool_overrides"] = dict(sorted(limits.per_tool_overrides.items()))
-    values["cost"] = None if limits.cost is None else str(limits.cost)
-    return values
-
-
-def cost_units(limits: BudgetLimits) -> int | None:
-    """The money limit in picodollars (rounded up, as the run in one process holds it), or
-    ``None``; ValueError, naming ``cost``, for a limit the store cannot compare exactly.
-
-    The functions compare settled + held + a hold with the limit in Lua, whose numbers are
-    doubles: exact for integers below 2**53. A limit below that keeps every comparison exact
-    (see ``within_cost`` in ``lua/common.lua``), so the largest limit is 2**53 - 1 picodollars,
-    $9,007.199254740991.
-    """
-    if limits.cost is None:
-        return None
-    from ..pricing import to_units  # noqa: PLC0415 - the one place the store converts a limit
-
-    units = to_units(limits.cost, rounding="up")
-    if units >= LUA_EXACT:
-        raise ValueError(
-            "cost must be below 2**53 picodollars ($9,007.199254740992) in a RedisRunStore, "
-            f"whose functions compare money as Lua numbers (exact below 2**53); got "
-            f"Decimal('{limits.cost}'): the largest money limit is Decimal('9007.199254740991')"
-        )
-    return units
-
-
-def _limits_json(limits: BudgetLimits) -> str:
-    """The limits as the store keeps them: canonical JSON, so equal limits are equal strings."""
-    return json.dumps(_limits_values(limits), sort_keys=True, separators=(",", ":"))
-
-
-def _limits_of(text: str) -> BudgetLimits:
-    values = json.loads(text)
-    cost = values.pop("cost", None)  # absent from a run an earlier release stored
-    return BudgetLimits(**values, cost=None if cost is None else Decimal(cost))
-
-
-def _limits_differ(stored: BudgetLimits, given: BudgetLimits) -> str:
-    """What differs, as ``stored with a=1, b=2; given a=3, b=4``: only the fields that differ."""
-    was, now = _limits_values(stored), _limits_values(given)
-    names = [name for name in was if was[name] != now[name]]
-    if stored.cost == given.cost and "cost" in names:
-        names.remove("cost")  # the same money written two ways (1 and 1.00): not a difference
-
-    def listed(values: dict[str, object]) -> str:
-        return ", ".join(f"{name}={values[name]}" for name in names)
-
-    return f"stored with {listed(was)}; given {listed(now)}"
 
 
 def _text(value: bytes | str) -> str:
@@ -182,35 +106,21 @@ class RedisRunStore:
         clock: Clock,
         on_callback_error: CallbackErrorHandler,
     ) -> RedisRun:
-        """Publish a new run; :class:`RunStoreConflict` if the ID exists (see ``RunStore``)."""
+        """Publish a new run; :class:`RunStoreConflict` if the ID exists (see ``RunStore``): a
+        root's, or one a child run holds."""
         keys = RunKeys.of(self.namespace, run_id)
-        for name, value in (*((d.value, getattr(limits, d.value)) for d in COUNTED_DIMENSIONS),):
-            if value >= LUA_EXACT:
-                raise ValueError(f"{name} must be below 2**53 in a RedisRunStore, got {value}")
-        money_limit = cost_units(limits)
-        for tool, value in limits.per_tool_overrides.items():
-            if value >= LUA_EXACT:
-                raise ValueError(f"per_tool_overrides[{tool!r}] must be below 2**53, got {value}")
+        limit_fields = run_fields(limits)  # ValueError for a number the functions cannot keep
         link = self._link
         bound = link.bound(deadline_ns - clock.monotonic_ns())
         origin_ns = self._server_time_ns(bound)
         offset = -clock.monotonic_ns()  # run time 0 is this clock's now
         fields: list[str | int] = [
             "session_id", session_id,
-            "limits", _limits_json(limits),
             "origin_ns", origin_ns,
             "deadline", deadline_ns + offset,
             "ttl_ms", self._expire_after_ms,
-            "model_calls", 0, "tool_calls", 0, "input_tokens", 0, "output_tokens", 0,
-            "run_bytes", 0, "cost", 0, "cost_held", 0,
+            *limit_fields,
         ]  # fmt: skip
-        for dimension in COUNTED_DIMENSIONS:
-            fields += [f"l_{dimension.value}", getattr(limits, dimension.value)]
-        if money_limit is not None:  # no l_cost: no money limit
-            fields += ["l_cost", money_limit]
-        fields.append("--limits--")
-        for tool, value in limits.per_tool_overrides.items():
-            fields += [tool, value]
         # An id of its own: a create sent again after a lost answer finds the run its own.
         op_id = uuid.uuid4().hex
         try:
@@ -228,6 +138,9 @@ class RedisRunStore:
             clock=clock,
             on_callback_error=on_callback_error,
             store=self,
+            path=(),
+            priced=limits.cost is not None,
+            expire_after_ms=self._expire_after_ms,
         )
         # No read here, which could fail after the run was published: the listener reads the
         # run once the subscription is live, which finds an ending another process recorded.
@@ -243,19 +156,26 @@ class RedisRunStore:
         clock: Clock,
         on_callback_error: CallbackErrorHandler,
     ) -> RedisRun:
-        """The owner of a stored run; :class:`UnknownRun` or :class:`RunStoreConflict` else.
+        """The owner of a stored run -- a root, or a child found by the index its creation
+        wrote under its own ID (see :class:`RunKeys`); :class:`UnknownRun` or
+        :class:`RunStoreConflict` else.
 
         A refusal registers nothing with the listener and writes nothing; an owner of a run that
         has ended already is never watched (it has nothing more to learn)."""
         keys = RunKeys.of(self.namespace, run_id)
         link = self._link
         bound = link.bound()  # the run's deadline is not known before this read
-        fields = ("session_id", "limits", "origin_ns", "deadline")
+        fields = ("session_id", "limits", "origin_ns", "deadline", "path", "priced")
         try:
             stored = link.read(keys.run, fields, bound)
+            if stored[0] is None:  # no root of this ID: a child's, if its index says so
+                root = link.run(lambda client: client.hget(keys.index, "root"), bound)
+                if root is not None:
+                    keys = RunKeys.of(self.namespace, run_id, _text(root))
+                    stored = link.read(keys.run, fields, bound)
         except redis.RedisError as error:
             raise link.unavailable(f"attach to run {run_id!r}", error) from error
-        session, limits_text, origin, deadline = stored
+        session, limits_text, origin, deadline, path, priced = stored
         if session is None or limits_text is None or origin is None or deadline is None:
             raise link.unknown(run_id)
         if _text(session) != session_id:
@@ -263,12 +183,12 @@ class RedisRunStore:
                 repr(self),
                 f"run {run_id!r} belongs to session {_text(session)!r}, not {session_id!r}",
             )
-        stored_limits = _limits_of(_text(limits_text))
+        stored_limits = limits_of(_text(limits_text))
         if limits is not None and limits != stored_limits:
             raise RunStoreConflict(
                 repr(self),
                 "limits must be None or equal the run's stored limits; "
-                f"run {run_id!r} is {_limits_differ(stored_limits, limits)}",
+                f"run {run_id!r} is {limits_differ(stored_limits, limits)}",
             )
         before = clock.monotonic_ns()
         server_ns = self._server_time_ns(bound)
@@ -283,6 +203,9 @@ class RedisRunStore:
             clock=clock,
             on_callback_error=on_callback_error,
             store=self,
+            path=() if path is None else tuple(_text(path).split()),
+            priced=stored_limits.cost is not None or (priced is not None and _text(priced) == "1"),
+            expire_after_ms=self._expire_after_ms,
         )
         run.refresh()  # an ending read here is delivered now; a callback registered later runs
         # inside register(), and the owner has nothing left to learn from the listener
@@ -293,8 +216,17 @@ class RedisRunStore:
     # -- the run's capacity counter -----------------------------------------------------------
 
     def capacity_counter(self, run_id: str, limit_bytes: int) -> RedisCapacityCounter:
-        """The capacity counter of a stored run, shared by every process; see the class."""
-        return RedisCapacityCounter(self._link, RunKeys.of(self.namespace, run_id), limit_bytes)
+        """The capacity counter of a stored run (a root, or a child found by its index), shared
+        by every process; see the class."""
+        keys = RunKeys.of(self.namespace, run_id)
+        link = self._link
+        try:
+            root = link.run(lambda client: client.hget(keys.index, "root"), link.bound())
+        except redis.RedisError as error:
+            raise link.unavailable(f"capacity of run {run_id!r}", error) from error
+        if root is not None:
+            keys = RunKeys.of(self.namespace, run_id, _text(root))
+        return RedisCapacityCounter(link, keys, limit_bytes)
 
     # -- this process's side ---------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
--- cancel(reason): the first reason wins, and the ending it records is one decision with it.
+-- cancel(reason): the first reason wins, and the ending it records is one decision with it, and
+-- with the cascade to the run's live descendants.
 -- ARGV[4] the reason, ARGV[5] the event it ends the run with, ARGV[6] the ending's reason text.
 if redis.call('EXISTS', RUN) == 0 then return UNKNOWN end
 if redis.call('HSETNX', RUN, 'signal', ARGV[4]) == 0 then

@@ -4,8 +4,8 @@
 local CAPACITY = KEYS[4]
 if redis.call('EXISTS', RUN) == 0 then return UNKNOWN end
 if redis.call('HSETNX', CAPACITY, 'limit', ARGV[4]) == 1
-    and redis.call('HGET', RUN, 'state') ~= LIFECYCLE.initial then
-  redis.call('PEXPIRE', CAPACITY, redis.call('HGET', RUN, 'ttl_ms')) -- made after the run ended
+    and tree_ended() then
+  redis.call('PEXPIRE', CAPACITY, redis.call('HGET', RUN, 'ttl_ms')) -- made after the tree ended
 end
 local f = redis.call('HMGET', CAPACITY, 'limit', 'used')
 local used = tonumber(f[2] or '0')
