@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from .._retry_policy import RetryPolicy
     from .otel import HarnessTracing
 
-__all__ = ["GovernedTools", "UnknownToolPrice", "result_bytes"]
+__all__ = ["GovernedTools", "UnknownToolPrice", "budget_key", "checked_tool_prices", "result_bytes"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -95,7 +95,7 @@ def result_bytes(result: object) -> int:
     return len(json.dumps(result, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
 
 
-def _budget_key(tool: object) -> str:
+def budget_key(tool: object) -> str:
     """``tool`` unchanged if it can name a Tool in the budget, else a clear error."""
     if type(tool) is not str:
         raise TypeError(f"tool must be a str naming the Tool in the run's budget, got {tool!r}")
@@ -123,7 +123,7 @@ class UnknownToolPrice(HarnessError, LookupError):
         )
 
 
-def _tool_prices(prices: object) -> dict[str, Decimal]:
+def checked_tool_prices(prices: object) -> dict[str, Decimal]:
     """A private copy of ``prices``, each key a Tool's budget key and each value a ``Decimal``
     of US dollars >= 0; anything else raises, naming ``tool_prices`` and what is allowed."""
     from .._money import checked_money  # noqa: PLC0415 - lazily: it loads decimal
@@ -195,7 +195,7 @@ class GovernedTools:
         tool_prices: Mapping[str, Decimal] | None = None,
     ) -> None:
         self._ctx = checked_ctx(ctx)
-        self._prices = {} if tool_prices is None else _tool_prices(tool_prices)
+        self._prices = {} if tool_prices is None else checked_tool_prices(tool_prices)
         self._money_limited = ctx.budget.priced  # the run's or an ancestor's; fixed
         self._policy = policy_of(ctx, policy)
         self._keys = ToolCallKeyFactory(key_prefix)
@@ -230,7 +230,7 @@ class GovernedTools:
         the run has no money limit (the call holds nothing). Raises :class:`UnknownToolPrice`
         when it has none under a money limit, ``TypeError``/``ValueError`` for a ``tool`` that
         cannot name a Tool in the budget."""
-        price = self._prices.get(_budget_key(tool))
+        price = self._prices.get(budget_key(tool))
         if price is None and self._money_limited:
             raise UnknownToolPrice(tool)
         return price
@@ -254,7 +254,7 @@ class GovernedTools:
         ``TypeError`` / ``ValueError`` for a ``tool`` that cannot name a Tool in the budget (not
         a non-blank ``str``), ``UnsafeKeySegment`` for an ID that is not a safe key segment.
         """
-        _budget_key(tool)
+        budget_key(tool)
         return self.key(tool_call_id)
 
     def check(self, tool: str, tool_call_id: str) -> str:

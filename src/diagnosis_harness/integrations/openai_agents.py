@@ -88,7 +88,7 @@ from ._model_call import (
     TokenUsage,
     input_bound,
 )
-from ._tools import GovernedTools, _budget_key, _tool_prices
+from ._tools import GovernedTools, budget_key, checked_tool_prices
 
 try:
     from agents import (
@@ -768,7 +768,7 @@ def governed_tool(tool: FunctionTool) -> FunctionTool:
         raise TypeError(f"tool must be an agents.FunctionTool, got {tool!r}")
     if isinstance(tool.on_invoke_tool, _GovernedInvoke):
         return tool
-    name = _budget_key(tool.name)
+    name = budget_key(tool.name)
     sync = getattr(tool.on_invoke_tool, _SYNC_TOOL_MARKER, False) is True
     invoke = _GovernedInvoke(name, tool.on_invoke_tool, sync=sync)
     return dataclasses.replace(tool, on_invoke_tool=invoke)
@@ -825,11 +825,13 @@ def governed_agent_tool(
     if timeout is not None:
         seconds("timeout", timeout)
     if tool_prices is not None:
-        _tool_prices(tool_prices)  # a bad price raises here, not at the sub-agent's first call
+        checked_tool_prices(
+            tool_prices
+        )  # a bad price raises here, not at the sub-agent's first call
     tool = agent.as_tool(tool_name, tool_description, failure_error_function=None, **as_tool_kw)
     delegation = _Delegation(agent, run_id, limits, timeout, tool_prices)
     invoke = _GovernedInvoke(
-        _budget_key(tool.name), tool.on_invoke_tool, sync=False, delegation=delegation
+        budget_key(tool.name), tool.on_invoke_tool, sync=False, delegation=delegation
     )
     return dataclasses.replace(tool, on_invoke_tool=invoke)
 

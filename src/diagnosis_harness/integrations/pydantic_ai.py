@@ -440,6 +440,7 @@ class HarnessCapability(AbstractCapability[Any]):
             raise SkipToolExecution(refused_tool_call(refused)) from refused
 
 
+@final
 class SubAgentEnded(ToolFailed):
     """A sub-agent's run ended without its output while its parent's run goes on.
 
