@@ -824,10 +824,8 @@ def governed_agent_tool(
         raise TypeError(f"limits must be BudgetLimits or None, got {limits!r}")
     if timeout is not None:
         seconds("timeout", timeout)
-    if tool_prices is not None:
-        checked_tool_prices(
-            tool_prices
-        )  # a bad price raises here, not at the sub-agent's first call
+    if tool_prices is not None:  # a bad price raises here, not at the sub-agent's first call
+        checked_tool_prices(tool_prices)
     tool = agent.as_tool(tool_name, tool_description, failure_error_function=None, **as_tool_kw)
     delegation = _Delegation(agent, run_id, limits, timeout, tool_prices)
     invoke = _GovernedInvoke(
