@@ -19,10 +19,15 @@ import pytest
 from diagnosis_harness import _model_check_command
 from diagnosis_harness.__main__ import main
 from diagnosis_harness.modelcheck import _cli, _planted, _spin, _stateful
+from diagnosis_harness.modelcheck._explorer import explore as real_explore
 from diagnosis_harness.modelcheck._results import ModelCheckSummary
 from small_model_check import one_race_per_scenario
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from diagnosis_harness.modelcheck._coverage import TransitionCoverage
+    from diagnosis_harness.modelcheck._explorer import Exploration
     from installed import Venv
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +41,41 @@ def _args(*argv: str) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
+def _explore_once(
+    explorations: dict[tuple[int, bool], Exploration],
+) -> Callable[..., Exploration]:
+    """``explore`` for the tests whose point is what the command makes of the checks' results:
+    the first call per ``(depth, priced)`` explores (the real explorer, about 5 s even at depth 1:
+    its breadth-first searches do not depend on the depth); a later one hands back that
+    :class:`Exploration`, merging its coverage into the caller's as ``explore`` itself does.
+    The explorer is deterministic, so exploring again would find the same (but the timings).
+    Only while nothing is planted: a planted bug changes what exploring finds."""
+
+    def explore(
+        *,
+        depth: int = 4,
+        coverage: TransitionCoverage | None = None,
+        tick: Callable[[str, int, int | None], None] | None = None,
+        priced: bool = True,
+    ) -> Exploration:
+        key = (depth, priced)
+        if key not in explorations:
+            explorations[key] = real_explore(depth=depth, tick=tick, priced=priced)
+        found = explorations[key]
+        if coverage is not None:
+            coverage.merge(found.coverage)
+        return found
+
+    return explore
+
+
+@pytest.fixture(scope="module")
+def unplanted_explorations() -> dict[tuple[int, bool], Exploration]:
+    """What ``explore`` found, per ``(depth, priced)``, with no bug planted: one exploration
+    each for this module's runs of the command."""
+    return {}
+
+
 @pytest.fixture
 def small(monkeypatch: pytest.MonkeyPatch, small_races: None) -> None:
     """A small run with one planted defect (test_planted_defects.py hunts all three)."""
@@ -43,10 +83,14 @@ def small(monkeypatch: pytest.MonkeyPatch, small_races: None) -> None:
 
 
 @pytest.fixture
-def small_races(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One race per scenario, and a fake Spin that proves one property and refutes one seeded
-    bug."""
+def small_races(
+    monkeypatch: pytest.MonkeyPatch,
+    unplanted_explorations: dict[tuple[int, bool], Exploration],
+) -> None:
+    """One race per scenario, the explorer's one exploration per module (``_explore_once``),
+    and a fake Spin that proves one property and refutes one seeded bug."""
     monkeypatch.setattr(_cli, "run_checks", one_race_per_scenario)
+    monkeypatch.setattr(_cli, "explore", _explore_once(unplanted_explorations))
 
     def fake_spin(profile: str, racers: int | None = None) -> _spin.SpinSummary:
         result = _spin.ModelResult(
@@ -150,6 +194,8 @@ def test_a_failure_is_shown_with_its_counterexample(
     monkeypatch.setattr(_cli, "run_checks", one_race_per_scenario)
     monkeypatch.setattr(_planted, "DEFECTS", ())
     monkeypatch.setattr(_stateful, "MACHINES", (_stateful.RunMachine,))
+    # Both runs below explore under the same planted bug: one exploration for the two.
+    monkeypatch.setattr(_cli, "explore", _explore_once({}))
     out, err = io.StringIO(), io.StringIO()
     argv = ("--depth", "1", "--max-examples", "100", "--steps", "10")
     with _planted.replaceable_terminal():
@@ -179,8 +225,10 @@ def test_a_failure_is_shown_with_its_counterexample(
 
 def test_without_spin_it_says_so_and_spin_unavailable_fails(
     monkeypatch: pytest.MonkeyPatch,
+    unplanted_explorations: dict[tuple[int, bool], Exploration],
 ) -> None:
     monkeypatch.setattr(_cli, "run_checks", one_race_per_scenario)
+    monkeypatch.setattr(_cli, "explore", _explore_once(unplanted_explorations))
     monkeypatch.setattr(_planted, "DEFECTS", ())
     monkeypatch.setattr(_spin, "spin_unavailable_reason", lambda: "spin not found on PATH")
     out = io.StringIO()
