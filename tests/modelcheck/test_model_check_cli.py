@@ -18,7 +18,14 @@ import pytest
 
 from diagnosis_harness import _model_check_command
 from diagnosis_harness.__main__ import main
-from diagnosis_harness.modelcheck import _cli, _planted, _spin, _stateful
+from diagnosis_harness.modelcheck import (
+    CheckResult,
+    TransitionCoverage,
+    _cli,
+    _planted,
+    _spin,
+    _stateful,
+)
 from diagnosis_harness.modelcheck._explorer import explore as real_explore
 from diagnosis_harness.modelcheck._results import ModelCheckSummary
 from small_model_check import one_race_per_scenario
@@ -26,7 +33,6 @@ from small_model_check import one_race_per_scenario
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from diagnosis_harness.modelcheck._coverage import TransitionCoverage
     from diagnosis_harness.modelcheck._explorer import Exploration
     from installed import Venv
 
@@ -67,6 +73,32 @@ def _explore_once(
         return found
 
     return explore
+
+
+def _check_machine_once() -> Callable[..., CheckResult]:
+    """``_stateful.check_machine`` for a test that runs the command twice alike under the ``ci``
+    profile (derandomized: a second run of a machine finds, and shrinks to, the same): the first
+    call per machine runs it; a later one hands back its result, merging the rows it took into
+    the caller's coverage as the first run merged them into its own."""
+    real = _stateful.check_machine
+    done: dict[type[Any], tuple[CheckResult, TransitionCoverage]] = {}
+
+    def check_machine(
+        machine: type[Any],
+        *,
+        settings: Any = None,
+        coverage: TransitionCoverage | None = None,
+        stats: Any = None,
+    ) -> CheckResult:
+        if machine not in done:
+            rows = TransitionCoverage()
+            done[machine] = real(machine, settings=settings, coverage=rows, stats=stats), rows
+        result, rows = done[machine]
+        if coverage is not None:
+            coverage.merge(rows)
+        return result
+
+    return check_machine
 
 
 @pytest.fixture(scope="module")
@@ -194,8 +226,10 @@ def test_a_failure_is_shown_with_its_counterexample(
     monkeypatch.setattr(_cli, "run_checks", one_race_per_scenario)
     monkeypatch.setattr(_planted, "DEFECTS", ())
     monkeypatch.setattr(_stateful, "MACHINES", (_stateful.RunMachine,))
-    # Both runs below explore under the same planted bug: one exploration for the two.
+    # Both runs below check alike under the same planted bug: one exploration and one run of
+    # the machine for the two.
     monkeypatch.setattr(_cli, "explore", _explore_once({}))
+    monkeypatch.setattr(_stateful, "check_machine", _check_machine_once())
     out, err = io.StringIO(), io.StringIO()
     argv = ("--depth", "1", "--max-examples", "100", "--steps", "10")
     with _planted.replaceable_terminal():
