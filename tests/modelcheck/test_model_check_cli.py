@@ -18,13 +18,22 @@ import pytest
 
 from diagnosis_harness import _model_check_command
 from diagnosis_harness.__main__ import main
-from diagnosis_harness.modelcheck import CheckResult, _cli, _planted, _spin, _stateful
-from diagnosis_harness.modelcheck._race_checks import RaceCheck, plan, run_checks
+from diagnosis_harness.modelcheck import (
+    CheckResult,
+    TransitionCoverage,
+    _cli,
+    _planted,
+    _spin,
+    _stateful,
+)
+from diagnosis_harness.modelcheck._explorer import explore as real_explore
 from diagnosis_harness.modelcheck._results import ModelCheckSummary
+from small_model_check import one_race_per_scenario
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from diagnosis_harness.modelcheck._explorer import Exploration
     from installed import Venv
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,14 +47,65 @@ def _args(*argv: str) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
-def _one_race_per_scenario(
-    profile: str, *, tick: Callable[[str, int, int | None], None] | None = None
-) -> CheckResult:
-    """The scheduler's checks, one race per spec scenario: the same lines, in seconds."""
-    chosen: dict[str, RaceCheck] = {}
-    for check in plan(profile):
-        chosen.setdefault(check.scenario.spec_scenario, check)
-    return run_checks(profile, checks=list(chosen.values()), tick=tick)
+def _explore_once(
+    explorations: dict[tuple[int, bool], Exploration],
+) -> Callable[..., Exploration]:
+    """``explore`` for the tests whose point is what the command makes of the checks' results:
+    the first call per ``(depth, priced)`` explores (the real explorer, about 5 s even at depth 1:
+    its breadth-first searches do not depend on the depth); a later one hands back that
+    :class:`Exploration`, merging its coverage into the caller's as ``explore`` itself does.
+    The explorer is deterministic, so exploring again would find the same (but the timings).
+    Only while nothing is planted: a planted bug changes what exploring finds."""
+
+    def explore(
+        *,
+        depth: int = 4,
+        coverage: TransitionCoverage | None = None,
+        tick: Callable[[str, int, int | None], None] | None = None,
+        priced: bool = True,
+    ) -> Exploration:
+        key = (depth, priced)
+        if key not in explorations:
+            explorations[key] = real_explore(depth=depth, tick=tick, priced=priced)
+        found = explorations[key]
+        if coverage is not None:
+            coverage.merge(found.coverage)
+        return found
+
+    return explore
+
+
+def _check_machine_once() -> Callable[..., CheckResult]:
+    """``_stateful.check_machine`` for a test that runs the command twice alike under the ``ci``
+    profile (derandomized: a second run of a machine finds, and shrinks to, the same): the first
+    call per machine runs it; a later one hands back its result, merging the rows it took into
+    the caller's coverage as the first run merged them into its own."""
+    real = _stateful.check_machine
+    done: dict[type[Any], tuple[CheckResult, TransitionCoverage]] = {}
+
+    def check_machine(
+        machine: type[Any],
+        *,
+        settings: Any = None,
+        coverage: TransitionCoverage | None = None,
+        stats: Any = None,
+    ) -> CheckResult:
+        if machine not in done:
+            rows = TransitionCoverage()
+            done[machine] = real(machine, settings=settings, coverage=rows, stats=stats), rows
+        result, rows = done[machine]
+        if coverage is not None:
+            coverage.merge(rows)
+        return result
+
+    return check_machine
+
+
+@pytest.fixture(scope="module")
+def unplanted_explorations() -> dict[tuple[int, bool], Exploration]:
+    """What ``explore`` found, per ``(depth, priced)``, with no bug planted: one exploration
+    each for this module's runs of the command."""
+    return {}
 
 
 @pytest.fixture
@@ -55,10 +115,14 @@ def small(monkeypatch: pytest.MonkeyPatch, small_races: None) -> None:
 
 
 @pytest.fixture
-def small_races(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One race per scenario, and a fake Spin that proves one property and refutes one seeded
-    bug."""
-    monkeypatch.setattr(_cli, "run_checks", _one_race_per_scenario)
+def small_races(
+    monkeypatch: pytest.MonkeyPatch,
+    unplanted_explorations: dict[tuple[int, bool], Exploration],
+) -> None:
+    """One race per scenario, the explorer's one exploration per module (``_explore_once``),
+    and a fake Spin that proves one property and refutes one seeded bug."""
+    monkeypatch.setattr(_cli, "run_checks", one_race_per_scenario)
+    monkeypatch.setattr(_cli, "explore", _explore_once(unplanted_explorations))
 
     def fake_spin(profile: str, racers: int | None = None) -> _spin.SpinSummary:
         result = _spin.ModelResult(
@@ -159,9 +223,13 @@ def test_a_failure_is_shown_with_its_counterexample(
 ) -> None:
     """A planted lifecycle bug: the summary names the failed scenarios, and --json carries the
     counterexample, which round-trips; nothing else reaches stdout."""
-    monkeypatch.setattr(_cli, "run_checks", _one_race_per_scenario)
+    monkeypatch.setattr(_cli, "run_checks", one_race_per_scenario)
     monkeypatch.setattr(_planted, "DEFECTS", ())
     monkeypatch.setattr(_stateful, "MACHINES", (_stateful.RunMachine,))
+    # Both runs below check alike under the same planted bug: one exploration and one run of
+    # the machine for the two.
+    monkeypatch.setattr(_cli, "explore", _explore_once({}))
+    monkeypatch.setattr(_stateful, "check_machine", _check_machine_once())
     out, err = io.StringIO(), io.StringIO()
     argv = ("--depth", "1", "--max-examples", "100", "--steps", "10")
     with _planted.replaceable_terminal():
@@ -191,8 +259,10 @@ def test_a_failure_is_shown_with_its_counterexample(
 
 def test_without_spin_it_says_so_and_spin_unavailable_fails(
     monkeypatch: pytest.MonkeyPatch,
+    unplanted_explorations: dict[tuple[int, bool], Exploration],
 ) -> None:
-    monkeypatch.setattr(_cli, "run_checks", _one_race_per_scenario)
+    monkeypatch.setattr(_cli, "run_checks", one_race_per_scenario)
+    monkeypatch.setattr(_cli, "explore", _explore_once(unplanted_explorations))
     monkeypatch.setattr(_planted, "DEFECTS", ())
     monkeypatch.setattr(_spin, "spin_unavailable_reason", lambda: "spin not found on PATH")
     out = io.StringIO()
@@ -379,13 +449,14 @@ def test_a_run_writes_nothing_in_the_working_directory(tmp_path: Path) -> None:
     """The command in a fresh interpreter, in an empty cwd, with ``TMPDIR`` a directory of its
     own and ``HYPOTHESIS_STORAGE_DIRECTORY`` unset: the cwd is still empty afterwards (it used
     to get ``.hypothesis/``, Hypothesis's constants cache), and so is ``TMPDIR`` -- the
-    temporary directory the run kept Hypothesis's files in is gone."""
+    temporary directory the run kept Hypothesis's files in is gone. (Every step runs, but the
+    scheduler's, cut to one race per scenario: ``tests/small_model_check.py``.)"""
     cwd, temp = tmp_path / "cwd", tmp_path / "tmp"
     cwd.mkdir()
     temp.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HYPOTHESIS_", "PYTEST_"))}
     done = subprocess.run(
-        [sys.executable, "-m", "diagnosis_harness", "model-check", *SMALL],
+        [sys.executable, str(ROOT / "tests" / "small_model_check.py"), "model-check", *SMALL],
         cwd=cwd,
         env=env | {"TMPDIR": str(temp)},
         capture_output=True,
