@@ -41,6 +41,7 @@ from diagnosis_harness.redis._store import RunKeys
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    from .conftest import RedisBackend
     from .server import RedisServer
 
 LIMITS = BudgetLimits(
@@ -57,9 +58,10 @@ _WAIT_SECONDS = 30.0  # a bound on a wait for the listener thread, never a pause
 
 
 @pytest.fixture
-def other_store(redis_server: RedisServer, namespace: str) -> Iterator[RedisRunStore]:
-    """A second store on the same runs: another process, as far as the listener can tell."""
-    store = RedisRunStore(redis_server.client(), namespace=namespace)
+def other_store(redis_backend: RedisBackend, namespace: str) -> Iterator[RedisRunStore]:
+    """A second store on the same runs, on a client of its own: another process, as far as the
+    listener can tell."""
+    store = RedisRunStore(redis_backend.client(), namespace=namespace)
     yield store
     store.close()
     store.client.close()
