@@ -521,7 +521,9 @@ def test_a_tree_lives_in_one_slot_and_expires_with_its_root(
     shard.reserve_tool_call("grep")
     store.capacity_counter("logs", 100).try_reserve(10)  # a child's counter, found by its ID
     logs.lifecycle.succeed()  # ended, but its parent lives: kept, to be read
-    keys = [k.decode() if isinstance(k, bytes) else k for k in client.keys(f"{store.namespace}:*")]
+    keys = [
+        k.decode() if isinstance(k, bytes) else k for k in client.scan_iter(f"{store.namespace}:*")
+    ]
     indexes = {key for key in keys if key.endswith(":root")}
     assert indexes == {
         f"{store.namespace}:{{{name}}}:root" for name in ("logs", "metrics", "logs-1")
