@@ -283,7 +283,7 @@ def reserve_through_a_move(
     failed: list[str] = []
 
     def reserve(j: int, i: int, into: list[Counter[str]]) -> None:
-        tool = TOOLS[i % len(TOOLS)]
+        tool = TOOLS[i // len(run_ids) % len(TOOLS)]
         try:
             contexts[j].reserve_tool_call(tool)
         except (RunTerminated, RunStoreUnavailable) as error:

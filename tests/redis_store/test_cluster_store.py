@@ -11,6 +11,8 @@ each); here it is small enough for CI. What a failover does is shown elsewhere. 
 from __future__ import annotations
 
 import multiprocessing
+import threading
+import time
 import uuid
 from collections import Counter
 from typing import TYPE_CHECKING
@@ -32,6 +34,7 @@ pytestmark = [pytest.mark.version_independent, pytest.mark.end_to_end]
 
 _SPAWN = multiprocessing.get_context("spawn")
 _WAIT = 120.0
+_FILLER = 2_000
 
 
 def test_eight_processes_reserve_on_64_runs_over_three_shards_and_nothing_is_lost(
@@ -65,6 +68,20 @@ def _runs_in(slots: list[int], count: int) -> list[str]:
     return list(found.values())
 
 
+def _subscribed_on(
+    cluster: RedisClusterNodes, port: int, channels: list[str], count: int, timeout: float = 30.0
+) -> bool:
+    """Whether each of ``channels`` has ``count`` subscribers on the node on ``port`` within
+    ``timeout`` seconds, as the node itself reports."""
+    give_up = time.monotonic() + timeout
+    with cluster.node(port) as node:
+        while time.monotonic() < give_up:
+            if all(n == count for _channel, n in node.pubsub_shardnumsub(*channels)):
+                return True
+            threading.Event().wait(0.01)  # the listeners subscribe again on their own time
+    return False
+
+
 def _limits() -> BudgetLimits:
     return BudgetLimits(
         model_calls=1,
@@ -95,6 +112,15 @@ def test_runs_whose_slot_moves_mid_run_go_on_and_their_endings_reach_another_pro
         )
         for run_id in (cancelled, succeeded)
     ]
+    with redis_cluster.node(source.port) as node:
+        # Keys of the runs' slots besides theirs, so that each slot takes redis-cli many MIGRATE
+        # batches to move: the runs are reserved on while their slot is half moved, not only
+        # before and after.
+        filler = node.pipeline(transaction=False)
+        for run_id in (cancelled, succeeded):
+            for n in range(_FILLER):
+                filler.set(f"filler:{{{run_id}}}:{n}", n)
+        filler.execute()
     started = _SPAWN.Barrier(2)
     moved = _SPAWN.Event()
     out = _SPAWN.Queue()
@@ -119,6 +145,10 @@ def test_runs_whose_slot_moves_mid_run_go_on_and_their_endings_reach_another_pro
         assert tag == "reserved"
         assert failed == []  # nothing refused, nothing unanswered: the move is not a fault
         assert all(sum(counts.values()) == 50 for counts in after)  # granted after the move
+        # Both listeners, the worker's and this process's, follow the channels to the new owner
+        # (the old one unsubscribed them when their slot left it).
+        channels = [RunKeys.of(namespace, run_id).channel for run_id in (cancelled, succeeded)]
+        assert _subscribed_on(redis_cluster, target.port, channels, 2)
 
         assert contexts[0].cancellation.cancel(CancellationReason.USER_REQUESTED)
         assert contexts[1].lifecycle.succeed("diagnosed after the move").changed
