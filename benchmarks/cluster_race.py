@@ -65,7 +65,9 @@ def main() -> int:
     print(f"over-reservations {figures.over_reserved}, lost {figures.lost}, "
           f"counted but not granted {figures.not_granted}, "
           f"runs whose total != sum per Tool {figures.unequal_totals}")  # fmt: skip
-    print(f"{figures.seconds:.1f} s, {figures.per_second:,.0f} reservations per second")
+    grants = figures.granted / figures.seconds
+    print(f"{figures.seconds:.1f} s: {figures.per_second:,.0f} reservations per second "
+          f"(granted or refused), {grants:,.0f} grants per second")  # fmt: skip
     print(f"{os.cpu_count()} CPUs, Python {platform.python_version()}, "
           f"redis-py {redis.__version__}")  # fmt: skip
     for problem in figures.problems:
