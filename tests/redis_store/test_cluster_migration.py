@@ -13,7 +13,7 @@ succeed whole once the slot has moved.
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -25,7 +25,9 @@ from .cluster import REDIS_CLI, RedisClusterNodes
 from .server import REDIS_SERVER
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
+
+    import redis
 
 pytestmark = pytest.mark.version_independent  # the cluster behaves the same whatever the Python
 
@@ -38,6 +40,12 @@ LIMITS = BudgetLimits(
     total_tokens=2000,
     run_bytes=10_000,
 )
+
+
+def _send(node: redis.Redis | redis.client.Pipeline, *args: object) -> Any:
+    """A command redis-py has no typed method for (``CLUSTER SETSLOT``, ``MIGRATE``, ...)."""
+    send: Callable[..., Any] = node.execute_command
+    return send(*args)
 
 
 @pytest.fixture(scope="module")
@@ -77,31 +85,32 @@ def test_an_ending_on_a_half_moved_tree_fails_whole_then_succeeds_whole(
     on_source = redis_cluster.node(source_role.port)
     on_target = redis_cluster.node(target_role.port)
     try:
-        on_target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_role.node_id)
-        on_source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_role.node_id)
-        on_source.execute_command(
-            "MIGRATE", "127.0.0.1", target_role.port, "", 0, 5000, "KEYS", moved
-        )
+        _send(on_target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_role.node_id)
+        _send(on_source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_role.node_id)
+        _send(on_source, "MIGRATE", "127.0.0.1", target_role.port, "", 0, 5000, "KEYS", moved)
 
         with pytest.raises(RunStoreUnavailable):
             child.lifecycle.succeed()
         # Nothing written: the child still runs on the source, as does its descendant.
         assert on_source.hget(declared[0], "state") == RunState.RUNNING.value.encode()
         with on_target.pipeline(transaction=False) as pipe:  # ASKING: the slot is importing
-            pipe.execute_command("ASKING")
+            _send(pipe, "ASKING")
             pipe.hget(moved, "state")
             _, state = pipe.execute()
         assert state == RunState.RUNNING.value.encode()
 
         # The rest of the slot moves; then the slot is the target's, everywhere.
-        keys = on_source.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
+        keys = _send(on_source, "CLUSTER", "GETKEYSINSLOT", slot, 1000)
         if keys:
-            on_source.execute_command(
-                "MIGRATE", "127.0.0.1", target_role.port, "", 0, 5000, "KEYS", *keys
-            )
+            _send(on_source, "MIGRATE", "127.0.0.1", target_role.port, "", 0, 5000, "KEYS", *keys)
         for role in redis_cluster.primaries():
-            redis_cluster.node(role.port).execute_command(
-                "CLUSTER", "SETSLOT", slot, "NODE", target_role.node_id
+            _send(
+                redis_cluster.node(role.port),
+                "CLUSTER",
+                "SETSLOT",
+                slot,
+                "NODE",
+                target_role.node_id,
             )
     finally:
         on_source.close()
