@@ -230,7 +230,7 @@ class Listener:
                     self._prune()
                     wanted = set(self._owners)
                     fresh, self._fresh = self._fresh, []
-                if time.monotonic() - routes_read >= _ROUTES_SECONDS:
+                if subscriptions.any() and time.monotonic() - routes_read >= _ROUTES_SECONDS:
                     routes_read = time.monotonic()
                     subscriptions.read_routes()
                 live = subscriptions.follow(wanted)  # a new owner on one of these is re-read now
