@@ -311,13 +311,13 @@ def test_an_owner_dropped_right_after_the_listener_first_read_it_is_forgotten(
 
 
 def test_a_store_nobody_holds_any_more_stops_its_listener(
-    redis_server: RedisServer, namespace: str
+    redis_backend: RedisBackend, namespace: str
 ) -> None:
     """A service that makes a store per request and forgets to close it must not keep threads
     and connections for each: the listener, and the store's workers if it started any, stop
     when the store is collected."""
     before = set(threading.enumerate())
-    store = RedisRunStore(redis_server.client(), namespace=namespace)
+    store = RedisRunStore(redis_backend.client(), namespace=namespace)
     ctx = _create(store)
     threads = [t for t in threading.enumerate() if t not in before]
     assert "diagnosis-harness-redis-listener" in {t.name for t in threads}
