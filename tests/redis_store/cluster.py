@@ -222,6 +222,24 @@ class RedisClusterNodes:
         self.wait_whole(lambda: set(moved) <= set(self.slots_of(to_port)))
         return moved
 
+    def move_slot(self, slot: int, from_port: int, to_port: int) -> None:
+        """Move the one hash ``slot``, keys and all, from the primary on ``from_port`` to the one on
+        ``to_port``, as redis-cli does it (``CLUSTER SETSLOT ... IMPORTING`` / ``MIGRATING``,
+        ``MIGRATE`` of its keys, ``SETSLOT ... NODE`` on every primary), and return once the
+        cluster is whole with it on ``to_port``: for a test that picks the slot itself."""
+        self.wait_whole()
+        roles = {role.port: role for role in self.roles()}
+        source, target = roles[from_port], roles[to_port]
+        with self.node(from_port) as on_source, self.node(to_port) as on_target:
+            _send(on_target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+            _send(on_source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
+            while keys := _send(on_source, "CLUSTER", "GETKEYSINSLOT", slot, 1000):
+                _send(on_source, "MIGRATE", "127.0.0.1", to_port, "", 0, 5000, "KEYS", *keys)
+        for role in self.primaries():
+            with self.node(role.port) as node:
+                _send(node, "CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+        self.wait_whole(lambda: slot in self.slots_of(to_port))
+
     def failover(self, replica_port: int) -> None:
         """Promote the replica on ``replica_port`` (``CLUSTER FAILOVER``: its primary is caught up
         first, then demoted), and return once the cluster is whole with it as a primary."""
@@ -278,3 +296,9 @@ class RedisClusterNodes:
         with self.node(port) as client:
             info = client.execute_command("CLUSTER INFO")  # parsed by redis-py into a dict
         return isinstance(info, dict) and info.get("cluster_state") == "ok"
+
+
+def _send(node: redis.Redis, *args: object) -> Any:
+    """A command redis-py has no typed method for (``CLUSTER SETSLOT``, ``MIGRATE``, ...)."""
+    send: Callable[..., Any] = node.execute_command
+    return send(*args)

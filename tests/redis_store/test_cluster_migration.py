@@ -12,14 +12,24 @@ succeed whole once the slot has moved.
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from redis.crc import key_slot
 
-from diagnosis_harness import BudgetLimits, RunContext, RunState, RunStoreUnavailable
+from diagnosis_harness import (
+    BudgetLimits,
+    CancellationReason,
+    RunContext,
+    RunState,
+    RunStoreUnavailable,
+)
 from diagnosis_harness.redis import RedisRunStore
 from diagnosis_harness.redis._run_keys import RunKeys
+from diagnosis_harness.redis._servers import Servers
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -32,6 +42,7 @@ if TYPE_CHECKING:
 # whatever the Python.
 pytestmark = pytest.mark.version_independent
 
+_WAIT = 30.0  # a bound on a wait for the listener's thread, never a pause
 LIMITS = BudgetLimits(
     model_calls=100,
     tool_calls=100,
@@ -110,3 +121,56 @@ def test_an_ending_on_a_half_moved_tree_fails_whole_then_succeeds_whole(
     assert grandchild.lifecycle.state is RunState.CANCELLED  # the cascade, whole
     assert root.budget.snapshot().tool_calls == 1  # nothing counted twice or lost on the way
     store.close()
+
+
+def test_a_listener_that_read_a_stale_slot_map_still_follows_the_move(
+    redis_cluster: RedisClusterNodes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The slot map a listener reads right after its subscription ended may come from a node
+    that has not heard of the move yet: it subscribes where the slot was, which answers MOVED.
+    It must read the map again and follow, not go on subscribing on the old node; the cancel
+    made after the move then reaches this process's callback."""
+    namespace = f"m-{uuid.uuid4().hex[:8]}"
+    watcher = RedisRunStore(redis_cluster.client(), namespace=namespace)
+    canceller = RedisRunStore(redis_cluster.client(), namespace=namespace)
+    RunContext.create(session_id="s", run_id="stale", limits=LIMITS, timeout=600, store=canceller)
+    ctx = RunContext.attach(session_id="s", run_id="stale", store=watcher)
+    cancelled = threading.Event()
+    ctx.cancellation.register(lambda _reason: cancelled.set())
+    channel = RunKeys.of(namespace, "stale").channel
+    source_port = redis_cluster.primary_of(channel)
+    assert _subscribed(redis_cluster, source_port, channel)  # the listener is on the source
+
+    reads = 0
+    real_refresh = Servers.refresh
+
+    def stale_once(servers: Servers) -> None:  # the first read after the move is stale
+        nonlocal reads
+        reads += 1
+        if reads > 1:
+            real_refresh(servers)
+
+    monkeypatch.setattr(Servers, "refresh", stale_once)
+    slot = key_slot(channel.encode())
+    [target_role, *_] = [p for p in redis_cluster.primaries() if p.port != source_port]
+    redis_cluster.move_slot(slot, source_port, target_role.port)
+
+    assert _subscribed(redis_cluster, target_role.port, channel)
+    assert reads >= 2  # it read the map again after the stale one
+    ctx_canceller = RunContext.attach(session_id="s", run_id="stale", store=canceller)
+    assert ctx_canceller.cancellation.cancel(CancellationReason.USER_REQUESTED)
+    assert cancelled.wait(_WAIT)
+    watcher.close()
+    canceller.close()
+
+
+def _subscribed(cluster: RedisClusterNodes, port: int, channel: str) -> bool:
+    """Whether the node on ``port`` reports a subscriber of ``channel`` within :data:`_WAIT`
+    seconds (the listener subscribes on its own thread)."""
+    give_up = time.monotonic() + _WAIT
+    with cluster.node(port) as node:
+        while time.monotonic() < give_up:
+            if any(n >= 1 for _channel, n in node.pubsub_shardnumsub(channel)):
+                return True
+            threading.Event().wait(0.01)  # polls the node's own report, orders nothing
+    return False

@@ -225,15 +225,18 @@ class Listener:
     def _loop(self) -> None:
         subscriptions = _Subscriptions(self._servers)
         routes_read = time.monotonic()
+        stale = False  # the slot map is read again before the next subscription
         while not self._stop.is_set():
             try:
                 with self._lock:
                     self._prune()
                     wanted = set(self._owners)
                     fresh, self._fresh = self._fresh, []
-                if subscriptions.any() and time.monotonic() - routes_read >= _ROUTES_SECONDS:
-                    routes_read = time.monotonic()
+                if stale or (
+                    subscriptions.any() and time.monotonic() - routes_read >= _ROUTES_SECONDS
+                ):
                     subscriptions.read_routes()
+                    routes_read, stale = time.monotonic(), False
                 live = subscriptions.follow(wanted)  # a new owner on one of these is re-read now
                 self._reread(fresh, live)
                 if not subscriptions.any():
@@ -242,13 +245,18 @@ class Listener:
                 for channel in subscriptions.arrivals(_POLL_SECONDS):
                     self._refresh(channel)
             except (redis.RedisError, RedisClusterException):
-                # New connections subscribe every channel again, and so re-read every run. (A
-                # cluster whose slot map has a hole, or no node of which answers, mid-failover.)
+                # New connections subscribe every channel again, and so re-read every run, where
+                # the slot map read again says each is now (a subscription sent where the slot
+                # was, on a map read from a node that had not heard of the move yet, is
+                # answered MOVED). A cluster whose map has a hole mid-failover, or no node of
+                # which answers, is tried again the same way.
                 subscriptions.drop()
+                stale = True
                 self._stop.wait(_BACKOFF_SECONDS)
             except Exception:  # a bug must not end the thread silently
                 _log.exception("the Redis run store's listener failed; it starts over")
                 subscriptions.drop()
+                stale = True
                 self._stop.wait(_BACKOFF_SECONDS)
         subscriptions.drop()
 
