@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import settings
+from redis.cluster import RedisCluster
 
 from diagnosis_harness.modelcheck._stateful import MACHINES, run_machine
 
@@ -85,7 +86,12 @@ def test_the_in_memory_machines_hold_on_the_redis_store(
         (machine,),
         {"CONFIG": dataclasses.replace(machine.CONFIG, store=runs)},
     )
-    stats = run_machine(on_redis, settings=settings())
-    assert stats.examples >= settings().max_examples
-    assert stats.steps >= settings().max_examples
+    examples = settings().max_examples
+    if isinstance(store.client, RedisCluster):
+        # The same scripts as on the one server; the cluster adds where each call is sent,
+        # which a quarter of the examples exercise as well as all of them (CI time).
+        examples = max(10, examples // 4)
+    stats = run_machine(on_redis, settings=settings(settings(), max_examples=examples))
+    assert stats.examples >= examples
+    assert stats.steps >= examples
     assert len(runs.created) >= stats.examples  # every example's run lived in Redis
