@@ -49,13 +49,12 @@ from redis.crc import key_slot
 from diagnosis_harness import BudgetLimits, RunContext
 from diagnosis_harness.redis import RedisRunStore
 
-ROOT = Path(__file__).resolve().parent.parent
 # The test suite's server and cluster fixtures (tests/redis_store/, imported as `redis_store`, as
 # pytest imports it), so that there is one way to start a cluster in this repository.
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from redis_store.cluster import REDIS_CLI, RedisClusterNodes  # noqa: E402
-from redis_store.server import REDIS_SERVER, RedisServer  # noqa: E402
+from redis_store.cluster import REDIS_CLI, RedisClusterNodes
+from redis_store.server import REDIS_SERVER, RedisServer
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -95,7 +94,7 @@ class Target:
         return RedisRunStore(client, namespace=namespace, durability=durability)
 
 
-def _per_call_ns(call: Callable[[], object], n: int) -> float:
+def per_call_ns(call: Callable[[], object], n: int) -> float:
     start = time.perf_counter_ns()
     for _ in range(n):
         call()
@@ -120,13 +119,13 @@ def ratio(target: Target, batches: int, batch: int) -> dict[str, float]:
         ctx.reserve_tool_call("search")
 
     for call in (incr, reserve):  # warm the connections, the function cache and the code paths
-        _per_call_ns(call, batch)
+        per_call_ns(call, batch)
     incr_ns: list[float] = []
     reserve_ns: list[float] = []
     for i in range(batches):
         order = [(incr, incr_ns), (reserve, reserve_ns)]
         for call, values in order if i % 2 == 0 else reversed(order):
-            values.append(_per_call_ns(call, batch))
+            values.append(per_call_ns(call, batch))
     store.close()
     client.close()
     incr_median, reserve_median = statistics.median(incr_ns), statistics.median(reserve_ns)
