@@ -41,6 +41,8 @@ from diagnosis_harness.redis._store import RunKeys
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    from redis.cluster import RedisCluster
+
     from .server import RedisServer
 
 LIMITS = BudgetLimits(
@@ -75,7 +77,7 @@ def _attach(store: RedisRunStore, run_id: str = "run-1") -> RunContext:
     return RunContext.attach(session_id="session-1", run_id=run_id, store=store)
 
 
-def _stored(client: redis.Redis, namespace: str) -> dict[bytes, object]:
+def _stored(client: redis.Redis | RedisCluster, namespace: str) -> dict[bytes, object]:
     """Every key of the namespace with its content: what a refusal must leave as it was."""
     content: dict[bytes, object] = {}
     for key in sorted(client.scan_iter(f"{namespace}:*")):
@@ -88,8 +90,8 @@ def _channel(namespace: str, run_id: str) -> str:
     return RunKeys.of(namespace, run_id).channel
 
 
-def _subscribers(client: redis.Redis, namespace: str, run_id: str) -> int:
-    [(_, count)] = client.pubsub_numsub(_channel(namespace, run_id))
+def _subscribers(client: redis.Redis | RedisCluster, namespace: str, run_id: str) -> int:
+    [(_, count)] = client.pubsub_shardnumsub(_channel(namespace, run_id))
     return int(count)
 
 
@@ -266,7 +268,7 @@ def test_a_worker_that_attaches_to_run_after_run_keeps_no_state_for_them(
     assert store.watched_runs == frozenset()
     markers = _catch_up(store, other_store, "marker-3")
     assert all(_subscribers(store.client, namespace, run_id) == 0 for run_id in runs)
-    assert set(store.client.pubsub_channels(f"{namespace}:*")) <= markers
+    assert set(store.client.pubsub_shardchannels(f"{namespace}:*")) <= markers
 
 
 def test_an_owner_dropped_right_after_the_listener_first_read_it_is_forgotten(

@@ -291,7 +291,7 @@ def _subscribed(server: RedisServer, channel: str, timeout: float = 30.0) -> boo
     give_up = time.monotonic() + timeout
     try:
         while time.monotonic() < give_up:
-            [(_, count)] = direct.pubsub_numsub(channel)
+            [(_, count)] = direct.pubsub_shardnumsub(channel)
             if count:
                 return True
             threading.Event().wait(0.01)  # the listener thread subscribes on its own time

@@ -23,13 +23,15 @@ apply it once it answers again. Every write carries an operation id the server r
 
 The store decides what is retried: after a ``redis.ConnectionError`` (a pooled connection the
 server closed, a restart) the command is sent once more, on a new connection, if its bound
-leaves time; never after a timeout, which would only wait again.
+leaves time; on a Redis Cluster, also after a failover or a slot on the move, as often as the
+bound leaves time for (:mod:`._servers`); never after a timeout, which would only wait again.
+The client may be a ``redis.Redis`` or a ``redis.cluster.RedisCluster``; on a cluster the
+slowest failure in the caller's thread includes redis-py's reload of the slot map.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import math
 import os
 import threading
 import time
@@ -37,11 +39,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeVar, final
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
+from redis.exceptions import RedisClusterException
+
+from ._servers import servers_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from ._servers import Client
 
 __all__ = ["GRACE_SECONDS", "Bound", "BoundedClient"]
 
@@ -53,7 +58,8 @@ for a boundary past the deadline to record ``TIMED_OUT`` and for a read to learn
 a server that answers, short enough that a stalled one holds nobody long past the deadline."""
 
 _WORKERS: Final = 16  # round trips in flight at once per store; more wait for a worker
-_POOLS: Final = (redis.ConnectionPool, redis.BlockingConnectionPool)
+_FIRST_PAUSE: Final = 0.02  # before a command is sent again; doubled each time, up to _MOST
+_MOST_PAUSE: Final = 0.5
 
 
 @final
@@ -72,39 +78,6 @@ class Bound:
         return self.until - time.monotonic()
 
 
-def _timeout_of(client: redis.Redis) -> float:
-    """The client's ``socket_timeout``: finite and > 0, else an error that says what to set."""
-    timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
-    if timeout is None:
-        raise ValueError(
-            "client must have a socket_timeout (seconds), e.g. redis.Redis(..., "
-            "socket_timeout=5.0): it is how long the store waits for Redis before it fails a "
-            "boundary (never longer than the run's deadline)"
-        )
-    if type(timeout) not in (int, float) or not (math.isfinite(timeout) and timeout > 0):
-        raise ValueError(f"client's socket_timeout must be a finite number > 0, got {timeout!r}")
-    return float(timeout)
-
-
-def _untried(client: redis.Redis) -> redis.Redis:
-    """A client on a pool of its own with the given client's connection settings, but no
-    retries: the same server, database, credentials, TLS and timeouts."""
-    pool = client.connection_pool
-    if type(pool) not in _POOLS:
-        raise TypeError(
-            "client must use a redis.ConnectionPool or BlockingConnectionPool (a plain "
-            f"redis.Redis(...) or Redis.from_url(...)), got {type(pool).__name__}"
-        )
-    kwargs = dict(pool.connection_kwargs)
-    kwargs["retry"] = Retry(NoBackoff(), 0)
-    kwargs["retry_on_error"] = []
-    if "retry_on_timeout" in kwargs:  # redis-py before 6 keeps it among the settings
-        kwargs["retry_on_timeout"] = False
-    return redis.Redis(
-        connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
-    )
-
-
 @final
 class BoundedClient:
     """The store's own client (``client``: redis-py's retries off) and its worker threads.
@@ -114,14 +87,13 @@ class BoundedClient:
     (threads do not survive ``fork()``).
     """
 
-    __slots__ = ("_executor", "_lock", "_pid", "_slowest", "client", "timeout")
+    __slots__ = ("_executor", "_lock", "_pid", "client", "servers", "timeout")
 
-    def __init__(self, client: redis.Redis) -> None:
-        self.client: Final = _untried(client)
-        self.timeout: Final = _timeout_of(client)
-        connect = client.connection_pool.connection_kwargs.get("socket_connect_timeout")
-        # The slowest failure in the caller's thread: a connect, then one read (module doc).
-        self._slowest = self.timeout + (float(connect) if connect else self.timeout)
+    def __init__(self, client: object) -> None:
+        # Refuses a client of another kind, or without a finite socket_timeout.
+        self.servers: Final = servers_of(client)
+        self.client: Final[Client] = self.servers.client
+        self.timeout: Final = self.servers.timeout
         self._lock = threading.Lock()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._pid = os.getpid()
@@ -131,7 +103,7 @@ class BoundedClient:
         time before the run's deadline, on the run's clock) if sooner, but at least
         :data:`GRACE_SECONDS`."""
         seconds, why = self.timeout, "the store's timeout, the client's socket_timeout"
-        here = left_ns is None or left_ns / 1e9 > self._slowest
+        here = left_ns is None or left_ns / 1e9 > self.servers.slowest
         if left_ns is not None:
             left = max(left_ns / 1e9, GRACE_SECONDS)
             if left < seconds:
@@ -143,35 +115,51 @@ class BoundedClient:
                 )
         return Bound(until=time.monotonic() + seconds, seconds=seconds, why=why, here=here)
 
-    def run(self, command: Callable[[redis.Redis], T], bound: Bound | None) -> T:
+    def run(self, command: Callable[[Client], T], bound: Bound | None) -> T:
         """``command(client)``'s answer; its ``RedisError``; ``redis.TimeoutError`` once
-        ``bound`` passes. Sent once more after a ``ConnectionError`` while ``bound`` leaves
-        time (see the module docstring).
+        ``bound`` passes. Sent again after a failure the servers say is worth it
+        (:meth:`~._servers.Servers.again`: a lost connection; on a cluster also a failover or
+        a moving slot), after a pause that doubles each time, while ``bound`` leaves time.
 
         ``bound`` ``None`` runs it in this thread, for the store's own thread (the listener's),
-        which holds up no caller: each wait on the socket ends within the store's timeout.
+        which holds up no caller: each wait on the socket ends within the store's timeout; it
+        is sent at most twice.
         """
-        for attempt in (1, 2):
+        attempt, pause = 0, _FIRST_PAUSE
+        while True:
+            attempt += 1
             try:
                 if bound is None:
-                    return command(self.client)
+                    return self._cluster_errors(command)
                 if bound.here and attempt == 1:  # a second one could outlast what the first left
                     return self._here(command, bound)
                 return self._wait(command, bound)
-            except redis.ConnectionError:
-                if attempt == 2 or (bound is not None and bound.left() <= 0):
+            except redis.RedisError as error:
+                if not self.servers.again(error, attempt) or (bound is None and attempt >= 2):
                     raise
-        raise AssertionError("unreachable")  # pragma: no cover
+                if bound is not None:
+                    if bound.left() <= pause:
+                        raise
+                    time.sleep(pause)  # a node failing over, a slot moving: give it a moment
+                    pause = min(pause * 2, _MOST_PAUSE)
 
-    def _here(self, command: Callable[[redis.Redis], T], bound: Bound) -> T:
+    def _cluster_errors(self, command: Callable[[Client], T]) -> T:
+        """``command(client)``, with redis-py's cluster errors that are not a ``RedisError``
+        (no node holds the slot yet, no node answered) as the lost connection they are."""
         try:
             return command(self.client)
+        except RedisClusterException as error:
+            raise redis.ConnectionError(f"{type(error).__name__}: {error}") from error
+
+    def _here(self, command: Callable[[Client], T], bound: Bound) -> T:
+        try:
+            return self._cluster_errors(command)
         except redis.TimeoutError as error:
             raise redis.TimeoutError(
                 f"no answer within {bound.seconds:.3g} s ({bound.why})"
             ) from error
 
-    def _wait(self, command: Callable[[redis.Redis], T], bound: Bound) -> T:
+    def _wait(self, command: Callable[[Client], T], bound: Bound) -> T:
         try:
             future = self._submit(command)
         except RuntimeError as error:  # no new threads once the interpreter is exiting
@@ -192,13 +180,13 @@ class BoundedClient:
             executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=False, cancel_futures=True)
-        self.client.connection_pool.disconnect()
+        self.servers.shutdown()
 
-    def _submit(self, command: Callable[[redis.Redis], T]) -> concurrent.futures.Future[T]:
+    def _submit(self, command: Callable[[Client], T]) -> concurrent.futures.Future[T]:
         with self._lock:
             if self._executor is None or self._pid != os.getpid():
                 self._executor = concurrent.futures.ThreadPoolExecutor(
                     max_workers=_WORKERS, thread_name_prefix="diagnosis-harness-redis"
                 )
                 self._pid = os.getpid()
-            return self._executor.submit(command, self.client)
+            return self._executor.submit(self._cluster_errors, command)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 import redis
 
 from .._errors import RunStoreUnavailable, UnknownRun
-from ._bounded import Bound, BoundedClient
+from ._bounded import BoundedClient
 from ._listener import Listener
 from ._protocol import decode
 from ._scripts import library
@@ -25,8 +25,10 @@ from ._scripts import library
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from ._bounded import Bound
     from ._protocol import Answer
     from ._redis_run import RedisRun
+    from ._servers import Client, Servers
     from ._store import RunKeys
 
 T = TypeVar("T")
@@ -34,13 +36,15 @@ T = TypeVar("T")
 __all__ = ["StoreLink", "load"]
 
 
-def load(client: redis.Redis) -> None:
-    """Load the function library; one loaded already (by any process) is fine."""
-    try:
-        client.function_load(library().text)
-    except redis.ResponseError as error:
-        if "already exists" not in str(error):
-            raise
+def load(servers: Servers) -> None:
+    """Load the function library on every primary (Functions are per node: a cluster's are not
+    shared); one loaded already (by any process) is fine. A replica has its primary's."""
+    for node in servers.primaries():
+        try:
+            node.function_load(library().text)
+        except redis.ResponseError as error:
+            if "already exists" not in str(error):
+                raise
 
 
 @final
@@ -48,14 +52,16 @@ class StoreLink:
     """One store's round trips and listener. Thread-safe: its parts are.
 
     ``name`` is the store's ``repr``, fixed when made: the errors name the store by it.
+    ``durable``: every write is confirmed by a replica or refused (``durability="replica"``).
     """
 
-    __slots__ = ("__weakref__", "_io", "_listener", "name")
+    __slots__ = ("__weakref__", "_io", "_listener", "durable", "name")
 
-    def __init__(self, client: redis.Redis, name: str) -> None:
+    def __init__(self, client: Client, name: str, *, durable: bool = False) -> None:
         self.name: Final = name
-        self._io = BoundedClient(client)  # refuses a client without a socket_timeout
-        self._listener = Listener(self._io.client)
+        self.durable: Final = durable
+        self._io = io = BoundedClient(client)  # refuses a client without a socket_timeout
+        self._listener = Listener(io.servers)
         # The listener's thread holds the listener, not the link: a link nobody holds stops the
         # thread and the workers, also when nobody called close().
         weakref.finalize(self, self._listener.stop)
@@ -68,7 +74,11 @@ class StoreLink:
         (the time before the run's deadline) if sooner, but at least the grace."""
         return self._io.bound(left_ns)
 
-    def run(self, command: Callable[[redis.Redis], T], bound: Bound | None) -> T:
+    @property
+    def servers(self) -> Servers:
+        return self._io.servers
+
+    def run(self, command: Callable[[Client], T], bound: Bound | None) -> T:
         """``command`` on the store's own client, within ``bound`` (``None``: in this thread,
         for the listener's; see :meth:`BoundedClient.run`); raises ``RedisError``."""
         return self._io.run(command, bound)
@@ -76,7 +86,7 @@ class StoreLink:
     def read(self, key: str, fields: tuple[str, ...], bound: Bound | None) -> list[Any]:
         """``HMGET key fields``: one command, so one consistent read."""
 
-        def hmget(client: redis.Redis) -> list[Any]:
+        def hmget(client: Client) -> list[Any]:
             values: list[Any] = client.hmget(key, fields)
             return values
 
@@ -86,22 +96,37 @@ class StoreLink:
         self, operation: str, keys: RunKeys, args: list[str | int], bound: Bound | None = None
     ) -> Answer:
         """``FCALL`` of ``operation``'s function on the run's keys, within ``bound`` (the
-        store's timeout if not given): its answer, decoded. Loads the library again if the
-        server lost it (a restart without persistence); raises ``RedisError``, or
-        ``ProtocolError`` for an answer of another shape than declared."""
+        store's timeout if not given): its answer, decoded. Confirmed by a replica when the
+        link is ``durable`` (``WriteNotConfirmed`` else). Loads the library again if the node
+        does not know it (a restart without persistence, a node added to a cluster); raises
+        ``RedisError``, or ``ProtocolError`` for an answer of another shape than declared."""
         function = library().functions[operation]
+        servers = self._io.servers
+        bound = self._io.bound() if bound is None else bound
 
-        def fcall(client: redis.Redis) -> list[Any]:
+        def fcall(_client: Client) -> list[Any]:
+            # WAIT's own timeout ends before the bound does, so that a refusal is an answer.
+            wait_ms = max(1, int(bound.left() * 750)) if self.durable else None
             try:
-                raw: list[Any] = client.fcall(function, len(keys.all), *keys.all, *args)
+                raw: list[Any] = servers.fcall(function, keys.all, args, wait_ms)
             except redis.ResponseError as error:
                 if "function not found" not in str(error).lower():
                     raise
-                load(client)
-                raw = client.fcall(function, len(keys.all), *keys.all, *args)
+                load(servers)
+                raw = servers.fcall(function, keys.all, args, wait_ms)
             return raw
 
-        return decode(operation, self.run(fcall, self._io.bound() if bound is None else bound))
+        return decode(operation, self.run(fcall, bound))
+
+    def time_ns(self, key: str, bound: Bound) -> int:
+        """The clock of the node that holds ``key`` (the run's timeline is read off it)."""
+
+        def time_of(_client: Client) -> tuple[int, int]:
+            seconds, micros = self._io.servers.node_of(key).time()
+            return int(seconds), int(micros)
+
+        seconds, micros = self.run(time_of, bound)
+        return (seconds * 1_000_000 + micros) * 1_000
 
     # -- errors that name the store --------------------------------------------------------------
 

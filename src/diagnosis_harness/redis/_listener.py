@@ -20,6 +20,17 @@ nobody holds it any more (a weak reference, whose callback only queues the chann
 in any thread, at any allocation, even under this listener's lock); a channel no owner is
 watched on any more is unsubscribed on the thread's next turn. A closed listener watches nothing.
 
+The channels are sharded (``SSUBSCRIBE``; the scripts ``SPUBLISH``, Redis 7): a channel lives
+in its run tree's slot, so the listener subscribes it on the primary that holds the slot, with a
+connection per primary it needs. When the slot moves or its primary fails over, Redis ends the
+subscription (a ``sunsubscribe`` the listener did not ask for) or the connection drops (a killed
+primary): the listener reads the slot map again and subscribes the channel where it is now,
+whose confirmation re-reads every owner on it -- an ending published meanwhile is read, not
+missed, and an owner that has learned of its ending is not watched any more, so nothing is
+delivered twice. A primary that stalls without dropping its connection ends nothing; the
+listener reads the slot map again every :data:`_ROUTES_SECONDS` and moves a channel whose slot
+is elsewhere now. One server is a cluster of one node, whose slot map never changes.
+
 The listener is a convenience for callbacks, not a gate: every operation of an owner reads the
 stored state itself, so no work is ever granted on what the listener has or has not heard.
 
@@ -36,6 +47,7 @@ import functools
 import logging
 import queue
 import threading
+import time
 import weakref
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -45,6 +57,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ._redis_run import RedisRun
+    from ._servers import Servers
 
 __all__ = ["Listener"]
 
@@ -52,6 +65,7 @@ _log = logging.getLogger("diagnosis_harness")
 
 _POLL_SECONDS: Final = 0.1  # how long a wait for a message lasts before new channels are taken
 _BACKOFF_SECONDS: Final = 0.2  # the pause after a lost connection before the next attempt
+_ROUTES_SECONDS: Final = 2.0  # how often a cluster's slot map is read again without a reason
 
 _Owner = weakref.ref["RedisRun"]
 
@@ -76,13 +90,17 @@ class _Subscription:
         make: Callable[[], redis.client.PubSub] = client.pubsub
         self._pubsub = make()
 
+    # One channel per command: a cluster refuses channels of several slots in one (CROSSSLOT).
+
     def subscribe(self, channels: set[str]) -> None:
-        subscribe: Callable[..., object] = self._pubsub.subscribe
-        subscribe(*channels)
+        subscribe: Callable[..., object] = self._pubsub.ssubscribe
+        for channel in channels:
+            subscribe(channel)
 
     def unsubscribe(self, channels: set[str]) -> None:
-        unsubscribe: Callable[..., object] = self._pubsub.unsubscribe
-        unsubscribe(*channels)
+        unsubscribe: Callable[..., object] = self._pubsub.sunsubscribe
+        for channel in channels:
+            unsubscribe(channel)
 
     def get_message(self, timeout: float) -> dict[str, Any] | None:
         """The next message (a subscription's confirmation included), or None after
@@ -102,28 +120,26 @@ class Listener:
     Under ``_lock``: ``_owners`` (channel -> the owners watched on it, weakly, never empty) and
     ``_fresh`` (owners watched since the thread last looked). ``_collected`` (channels whose
     owner was collected) is a ``SimpleQueue``, safe to put to from a weak reference's callback.
-    Only the thread touches ``_pubsub`` and the set of subscribed channels.
+    Only the thread touches the subscriptions (:class:`_Subscriptions`).
     """
 
     __slots__ = (
-        "_client",
         "_collected",
         "_fresh",
         "_lock",
         "_owners",
-        "_pubsub",
+        "_servers",
         "_stop",
         "_thread",
     )
 
-    def __init__(self, client: redis.Redis) -> None:
-        """``client``: the store's own (:class:`~._bounded.BoundedClient`), without retries."""
-        self._client = client
+    def __init__(self, servers: Servers) -> None:
+        """``servers``: the store's own client (:mod:`._servers`), without retries."""
+        self._servers = servers
         self._lock = threading.Lock()
         self._owners: dict[str, list[_Owner]] = {}
         self._fresh: list[tuple[str, _Owner]] = []
         self._collected: queue.SimpleQueue[str] = queue.SimpleQueue()
-        self._pubsub: _Subscription | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -206,38 +222,33 @@ class Listener:
     # -- the thread -------------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        subscribed: set[str] = set()
+        subscriptions = _Subscriptions(self._servers)
+        routes_read = time.monotonic()
         while not self._stop.is_set():
             try:
-                if self._pubsub is None:
-                    self._pubsub = _Subscription(self._client)
-                    subscribed = set()
                 with self._lock:
                     self._prune()
                     wanted = set(self._owners)
                     fresh, self._fresh = self._fresh, []
-                live = set(subscribed)  # a new owner on one of these is re-read now
-                if wanted - subscribed:
-                    self._pubsub.subscribe(wanted - subscribed)
-                if subscribed - wanted:
-                    self._pubsub.unsubscribe(subscribed - wanted)
-                subscribed = wanted
+                if time.monotonic() - routes_read >= _ROUTES_SECONDS:
+                    routes_read = time.monotonic()
+                    subscriptions.read_routes()
+                live = subscriptions.follow(wanted)  # a new owner on one of these is re-read now
                 self._reread(fresh, live)
-                if not subscribed:
+                if not subscriptions.any():
                     self._stop.wait(_POLL_SECONDS)
                     continue
-                message = self._pubsub.get_message(timeout=_POLL_SECONDS)
-                if message is not None and message["type"] in ("subscribe", "message"):
-                    self._refresh(_text(message["channel"]))
+                for channel in subscriptions.arrivals(_POLL_SECONDS):
+                    self._refresh(channel)
             except redis.RedisError:
-                # A new connection subscribes every channel again, and so re-reads every run.
-                self._drop()
+                # New connections subscribe every channel again, and so re-read every run.
+                subscriptions.drop()
                 self._stop.wait(_BACKOFF_SECONDS)
             except Exception:  # a bug must not end the thread silently
                 _log.exception("the Redis run store's listener failed; it starts over")
-                self._drop()
+                subscriptions.drop()
                 self._stop.wait(_BACKOFF_SECONDS)
-        self._drop()
+        subscriptions.drop()
 
     # The next two hold the owners they wake only while they run: a reference left in the
     # loop's frame would keep a dropped owner alive, and watched, until it was overwritten.
@@ -257,8 +268,81 @@ class Listener:
             if run is not None:
                 run.refresh_from_listener()
 
-    def _drop(self) -> None:
-        pubsub, self._pubsub = self._pubsub, None
-        if pubsub is not None:
-            with contextlib.suppress(redis.RedisError):  # closing a broken connection
-                pubsub.close()
+
+@final
+class _Subscriptions:
+    """The listener thread's sharded subscriptions: a connection per node it needs, and where
+    each channel is subscribed. Only the listener's thread uses one."""
+
+    __slots__ = ("_by_node", "_servers", "_where")
+
+    def __init__(self, servers: Servers) -> None:
+        self._servers = servers
+        self._by_node: dict[str, _Subscription] = {}
+        self._where: dict[str, str] = {}  # channel -> the node it is subscribed on
+
+    def any(self) -> bool:
+        return bool(self._where)
+
+    def read_routes(self) -> None:
+        """Read the slot map again: :meth:`follow` then moves a channel whose slot moved."""
+        self._servers.refresh()
+
+    def follow(self, wanted: set[str]) -> set[str]:
+        """Subscribe each ``wanted`` channel on the node that holds its slot, and unsubscribe
+        the others (and a channel from a node that no longer holds it). The channels that were
+        subscribed where they are before this call: the others are re-read on confirmation."""
+        servers = self._servers
+        live = set()
+        for channel, node in list(self._where.items()):
+            if channel in wanted and servers.route(channel) == node:
+                live.add(channel)
+                continue
+            del self._where[channel]
+            self._by_node[node].unsubscribe({channel})
+        new: dict[str, set[str]] = {}
+        for channel in wanted - live:
+            new.setdefault(servers.route(channel), set()).add(channel)
+        for node, channels in new.items():
+            subscription = self._by_node.get(node)
+            if subscription is None:
+                client = servers.node_named(node)
+                if client is None:  # gone from the slot map: read it again, next turn
+                    servers.refresh()
+                    continue
+                subscription = self._by_node[node] = _Subscription(client)
+            subscription.subscribe(channels)
+            self._where.update(dict.fromkeys(channels, node))
+        for node in set(self._by_node) - set(self._where.values()):
+            self._close(node)
+        return live
+
+    def arrivals(self, timeout: float) -> list[str]:
+        """The channels that had a message -- an ending, or a subscription's confirmation --
+        within ``timeout`` seconds (shared between the nodes). A subscription the server ended
+        on its own (its slot moved, its primary failed over) is forgotten, the slot map read
+        again: the next :meth:`follow` subscribes it where it is now."""
+        channels = []
+        each = timeout / len(self._by_node)
+        for node, subscription in list(self._by_node.items()):
+            message = subscription.get_message(timeout=each)
+            if message is None:
+                continue
+            channel = _text(message["channel"])
+            if message["type"] in ("ssubscribe", "smessage"):
+                channels.append(channel)
+            elif message["type"] == "sunsubscribe" and self._where.get(channel) == node:
+                del self._where[channel]  # not asked for: the server moved it
+                self._servers.refresh()
+        return channels
+
+    def drop(self) -> None:
+        """Close every connection and forget every subscription (after a lost connection)."""
+        for node in list(self._by_node):
+            self._close(node)
+        self._where.clear()
+
+    def _close(self, node: str) -> None:
+        subscription = self._by_node.pop(node)
+        with contextlib.suppress(redis.RedisError):  # closing a broken connection
+            subscription.close()

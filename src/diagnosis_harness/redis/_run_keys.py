@@ -9,7 +9,7 @@ from .._keys import safe_segment
 
 __all__ = ["RunKeys"]
 
-_PARTS: Final = ("run", "tools", "ops", "capacity")
+_PARTS: Final = ("run", "tools", "ops", "capacity", "children")  # as lua/common.lua has them
 
 
 @final

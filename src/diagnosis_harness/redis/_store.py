@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import math
 import uuid
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Any, Final, Literal, final
 
 import redis
+from redis.cluster import RedisCluster
 
 from .._errors import RunStoreConflict
 from .._keys import safe_segment
@@ -31,6 +32,7 @@ from ._link import StoreLink, load
 from ._protocol import Created
 from ._redis_run import RedisRun
 from ._run_keys import RunKeys
+from ._servers import where_of
 from ._stored import limits_differ, limits_of, run_fields
 
 if TYPE_CHECKING:
@@ -39,7 +41,22 @@ if TYPE_CHECKING:
     from .._limits import BudgetLimits
     from ._bounded import Bound
 
-__all__ = ["RedisRunStore", "RunKeys"]
+__all__ = ["DURABILITIES", "Durability", "RedisRunStore", "RunKeys"]
+
+Durability = Literal["primary", "replica"]
+DURABILITIES: Final[tuple[Durability, ...]] = ("primary", "replica")
+"""What a write the store acknowledges has reached: the primary alone (a failover before its
+replica has it may lose it), or a replica too (``WAIT``; a write no replica confirms within its
+bound is refused). See docs/workers.md, "Durability"."""
+
+
+def _in_sync(info: dict[str, Any]) -> bool:
+    """Whether ``INFO`` of a primary shows a replica online (not still taking its first sync)."""
+    return any(
+        isinstance(replica, dict) and replica.get("state") == "online"
+        for name, replica in info.items()
+        if name.startswith("slave")
+    )
 
 
 def _text(value: bytes | str) -> str:
@@ -51,24 +68,42 @@ class RedisRunStore:
     """Runs kept in Redis, under ``namespace``; pass it to ``RunContext.create`` / ``attach``.
 
     ``client`` is a :class:`redis.Redis` (on a ``ConnectionPool`` or ``BlockingConnectionPool``)
-    with a finite ``socket_timeout`` (redis-py 8's default is 5 s), the store's timeout. The store
-    talks to the client's server on connections of its own, with the client's settings but
-    without redis-py's retries: every round trip waits at most until the run's deadline, or the
+    or a :class:`redis.cluster.RedisCluster`, with a finite ``socket_timeout`` (redis-py 8's
+    default is 5 s), the store's timeout. A run tree's keys and channels share its root's hash
+    tag, so each tree lives on one shard of a cluster, and runs spread over all of them. The
+    store talks to the client's servers on connections of its own, with the client's settings
+    but without redis-py's retries: every round trip waits at most until the run's deadline, or the
     store's timeout if sooner (see :mod:`._bounded`), then fails with ``RunStoreUnavailable``;
-    the store decides what is sent again. ``namespace`` is a safe key segment
+    the store decides what is sent again (on a cluster, through a failover or a moving slot,
+    until that bound). ``durability``: ``"primary"`` (default) acknowledges a write the primary
+    applied; ``"replica"`` also waits for a replica to confirm it (``WAIT``) and refuses it,
+    with ``RunStoreUnavailable``, if none does in time -- see :data:`DURABILITIES`.
+    ``namespace`` is a safe key segment
     (``[A-Za-z0-9_.-]``, 1 to 128 characters); a run's keys expire ``expire_after`` seconds
     (default a day) after the run ends. Thread-safe; one store per client is enough for every
     run of a process. :meth:`close` stops its listener thread,
     as does the store's collection once neither it nor an owner of its runs is held.
     """
 
-    __slots__ = ("__weakref__", "_expire_after_ms", "_link", "client", "namespace")
+    __slots__ = ("__weakref__", "_expire_after_ms", "_link", "client", "durability", "namespace")
 
     def __init__(
-        self, client: redis.Redis, *, namespace: str, expire_after: float = 86_400.0
+        self,
+        client: redis.Redis | RedisCluster,
+        *,
+        namespace: str,
+        expire_after: float = 86_400.0,
+        durability: Durability = "primary",
     ) -> None:
-        if not isinstance(client, redis.Redis):
-            raise TypeError(f"client must be a redis.Redis, got {client!r}")
+        if not isinstance(client, (redis.Redis, RedisCluster)):
+            raise TypeError(
+                f"client must be a redis.Redis or a redis.cluster.RedisCluster, got {client!r}"
+            )
+        if durability not in DURABILITIES:
+            raise ValueError(
+                f"durability must be one of {', '.join(map(repr, DURABILITIES))}, "
+                f"got {durability!r}"
+            )
         self.namespace: Final = safe_segment("namespace", namespace)
         if type(expire_after) not in (int, float) or not (
             math.isfinite(expire_after) and expire_after > 0
@@ -78,19 +113,34 @@ class RedisRunStore:
             )
         self._expire_after_ms = max(1, round(expire_after * 1000))
         self.client: Final = client
+        self.durability: Final = durability
         # Refuses a client without a socket_timeout. The link stops its listener's thread and
         # its workers once neither this store nor an owner of its runs (which hold the link) is
         # held, also when nobody called close().
-        self._link = link = StoreLink(client, repr(self))
+        self._link = link = StoreLink(
+            client,
+            f"RedisRunStore(namespace={self.namespace!r}, server={where_of(client)!r})",
+            durable=durability == "replica",
+        )
+        servers = link.servers
         try:
-            info = link.run(lambda c: c.info("server"), link.bound())
+            infos = link.run(lambda _: [node.info() for node in servers.primaries()], link.bound())
         except redis.RedisError as error:
             raise link.unavailable("the client is not connected", error) from error
-        version = str(info.get("redis_version", "0"))
-        if int(version.split(".", maxsplit=1)[0]) < 7:
-            raise ValueError(f"RedisRunStore needs Redis 7.0 or later (Functions); got {version}")
+        for info in infos:
+            version = str(info.get("redis_version", "0"))
+            if int(version.split(".", maxsplit=1)[0]) < 7:
+                raise ValueError(
+                    f"RedisRunStore needs Redis 7.0 or later (Functions); got {version}"
+                )
+            if durability == "replica" and not _in_sync(info):
+                raise ValueError(
+                    "durability='replica' needs a replica in sync with every primary; the "
+                    f"primary on port {info.get('tcp_port')} has none online (durability="
+                    "'primary' keeps a write the primary acknowledged, which a failover may lose)"
+                )
         try:
-            link.run(load, link.bound())
+            link.run(lambda _: load(servers), link.bound())
         except redis.RedisError as error:
             raise link.unavailable("FUNCTION LOAD", error) from error
 
@@ -112,7 +162,7 @@ class RedisRunStore:
         limit_fields = run_fields(limits)  # ValueError for a number the functions cannot keep
         link = self._link
         bound = link.bound(deadline_ns - clock.monotonic_ns())
-        origin_ns = self._server_time_ns(bound)
+        origin_ns = self._server_time_ns(keys, bound)
         offset = -clock.monotonic_ns()  # run time 0 is this clock's now
         fields: list[str | int] = [
             "session_id", session_id,
@@ -191,7 +241,7 @@ class RedisRunStore:
                 f"run {run_id!r} is {limits_differ(stored_limits, limits)}",
             )
         before = clock.monotonic_ns()
-        server_ns = self._server_time_ns(bound)
+        server_ns = self._server_time_ns(keys, bound)
         after = clock.monotonic_ns()
         offset = server_ns - int(origin) - (before + after) // 2
         run = RedisRun(
@@ -241,14 +291,11 @@ class RedisRunStore:
         callbacks run only when an owner reads an ending."""
         self._link.close()
 
-    def _server_time_ns(self, bound: Bound) -> int:
+    def _server_time_ns(self, keys: RunKeys, bound: Bound) -> int:
         try:
-            seconds, micros = self._link.run(lambda client: client.time(), bound)
+            return self._link.time_ns(keys.run, bound)
         except redis.RedisError as error:
             raise self._link.unavailable("TIME", error) from error
-        return (int(seconds) * 1_000_000 + int(micros)) * 1_000
 
     def __repr__(self) -> str:
-        kwargs = self.client.connection_pool.connection_kwargs
-        where = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
-        return f"RedisRunStore(namespace={self.namespace!r}, server={where!r})"
+        return self._link.name

@@ -6,7 +6,7 @@
 --
 -- KEYS: the run's hash, its per-Tool hash (a Tool's count in 'n:<tool>', its own limit, if it
 -- has one, in 'l:<tool>': one read for both), the ids of the operations it applied, its capacity
--- counter -- one hash tag, one Cluster slot.
+-- counter, its children's IDs -- one hash tag, one Cluster slot.
 -- ARGV[1] the channel the caller's run's ending is published on (each run's is key_of(id,
 -- 'ended'), which is this one for the caller), ARGV[2] this operation's id (a retried call sends
 -- the same one), ARGV[3] the boundary's clock reading on the run's timeline (ns).
@@ -24,6 +24,31 @@ local RUN, TOOLS, OPS, CHANNEL, OP, NOW
 local TREE, ROOT_ID, SELF_ID -- `{ns}:{root}`, the root's ID, the caller's run's ID
 local ENDED_NOW = false -- set when this call recorded the caller's run's ending
 
+local PARTS = {'run', 'tools', 'ops', 'capacity', 'children'} -- a run's keys, as KEYS has them
+
+-- The key `part` of the run `id` of this tree.
+local function key_of(id, part)
+  if id == ROOT_ID then return TREE .. ':' .. part end
+  return TREE .. ':' .. id .. ':' .. part
+end
+
+local function children_of(id)
+  return redis.call('LRANGE', key_of(id, 'children'), 0, -1)
+end
+
+-- A function of a tree reads and writes keys of other runs than the caller's, which the call does
+-- not declare. While the tree's slot migrates to another Cluster node, a touch of such a key that
+-- is not here (moved already, or never made) stops the script with an error: touch them all
+-- first, so that it stops before it writes anything, and the store sends it again until the
+-- slot has moved. A root without children touches only its declared keys.
+local function touch_tree()
+  local function touch(id)
+    for _, part in ipairs(PARTS) do redis.call('EXISTS', key_of(id, part)) end
+    for _, child in ipairs(children_of(id)) do touch(child) end
+  end
+  touch(ROOT_ID)
+end
+
 local function begin(keys, args)
   RUN, TOOLS, OPS = keys[1], keys[2], keys[3]
   CHANNEL, OP, NOW = args[1], args[2], args[3]
@@ -31,12 +56,7 @@ local function begin(keys, args)
   ROOT_ID = string.sub(string.match(TREE, '{[^}]*}$'), 2, -2)
   if RUN == TREE .. ':run' then SELF_ID = ROOT_ID else SELF_ID = string.sub(RUN, #TREE + 2, -5) end
   ENDED_NOW = false
-end
-
--- The key `part` of the run `id` of this tree.
-local function key_of(id, part)
-  if id == ROOT_ID then return TREE .. ':' .. part end
-  return TREE .. ':' .. id .. ':' .. part
+  if SELF_ID ~= ROOT_ID or redis.call('EXISTS', keys[5]) == 1 then touch_tree() end
 end
 
 -- The run `id` and its ancestors, nearest first: {id, parent, ..., root}. `path` is its stored
@@ -47,10 +67,6 @@ local function path_of(id, path)
     for ancestor in string.gmatch(path, '%S+') do ids[#ids + 1] = ancestor end
   end
   return ids
-end
-
-local function children_of(id)
-  return redis.call('LRANGE', key_of(id, 'children'), 0, -1)
 end
 
 -- What a caller learns of the run, as a table of the Status answer's fields (nil: no run).
@@ -90,7 +106,7 @@ end
 local function expire_tree()
   local ttl = redis.call('HGET', key_of(ROOT_ID, 'run'), 'ttl_ms')
   local function expire(id)
-    for _, part in ipairs({'run', 'tools', 'ops', 'capacity', 'children'}) do
+    for _, part in ipairs(PARTS) do
       redis.call('PEXPIRE', key_of(id, part), ttl)
     end
     for _, child in ipairs(children_of(id)) do expire(child) end
@@ -139,7 +155,7 @@ end_run_of = function(id, event, reason, at, boundary, signal, origin)
       end_run_of(child, CASCADE.event, why, at, nil, CASCADE.signal, origin)
     end
   end
-  redis.call('PUBLISH', key_of(id, 'ended'), target)
+  redis.call('SPUBLISH', key_of(id, 'ended'), target) -- sharded: the channel is in the tree's slot
   if id == ROOT_ID then expire_tree() end
   return true
 end
