@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from bench_redis_cluster import LIMITS, RESULTS, SESSION, Target, per_call_ns, throughput
 
 from redis_store.cluster import REDIS_CLI, RedisClusterNodes
-from redis_store.failover import Durability, Failure, Trial, run_trial
+from redis_store.failover import Durability, Failure, Trial, in_sync, run_trial
 from redis_store.server import REDIS_SERVER
 
 if TYPE_CHECKING:
@@ -185,6 +185,7 @@ def main() -> int:
         cluster = RedisClusterNodes(Path(directory))
         try:
             cluster.start()
+            in_sync(cluster)  # durability="replica" needs every replica online
             target = Target(cluster=True, ports=tuple(s.port for s in cluster.servers))
             reservation_ns = latency(target, batches, batch)
             per_second = {

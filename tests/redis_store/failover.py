@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
     from .cluster import RedisClusterNodes
 
-__all__ = ["Durability", "Failure", "Plan", "Trial", "on_shard", "revive", "run_trial"]
+__all__ = ["Durability", "Failure", "Plan", "Trial", "in_sync", "on_shard", "revive", "run_trial"]
 
 Failure = Literal["failover", "kill"]
 Durability = Literal["primary", "replica"]
@@ -101,16 +101,39 @@ def on_shard(client: RedisCluster, namespace: str, port: int, count: int) -> lis
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def _online(cluster: RedisClusterNodes, primary_port: int) -> set[int]:
+    """The ports of the replicas the primary on ``primary_port`` reports ``online`` (caught up,
+    taking the replication stream: what ``durability="replica"`` needs)."""
+    with cluster.node(primary_port) as client:
+        info = client.info("replication")
+    return {
+        value["port"]
+        for key, value in info.items()
+        if key.startswith("slave") and isinstance(value, dict) and value.get("state") == "online"
+    }
+
+
+def _sync_at_once(cluster: RedisClusterNodes) -> None:
+    for server in cluster.servers:
+        if server.running:
+            # A primary waits 5 s (Redis's default) for more replicas before a diskless full
+            # sync; here a replica comes back alone.
+            with cluster.node(server.port) as client:
+                client.config_set("repl-diskless-sync-delay", 0)
+
+
+def in_sync(cluster: RedisClusterNodes) -> None:
+    """Return once every primary has a replica online: the cluster is whole as soon as its nodes
+    agree on the slots, but a replica takes its first sync after that."""
+    _sync_at_once(cluster)
+    cluster.wait_whole(lambda: all(_online(cluster, p.port) for p in cluster.primaries()))
+
+
 def revive(cluster: RedisClusterNodes, port: int) -> None:
     """Start the killed node on ``port`` again (its own directory, so its own cluster config):
     it finds its slots taken by a newer epoch and turns into the new primary's replica. Returns
-    once that primary reports it ``online`` (caught up, taking the replication stream)."""
-    for live in cluster.servers:
-        if live.running:
-            # A primary waits 5 s (Redis's default) for more replicas before a diskless full
-            # sync; the one coming back is the only one.
-            with cluster.node(live.port) as client:
-                client.config_set("repl-diskless-sync-delay", 0)
+    once that primary reports it online."""
+    _sync_at_once(cluster)
     server = next(s for s in cluster.servers if s.port == port)
     server.start()
 
@@ -120,13 +143,7 @@ def revive(cluster: RedisClusterNodes, port: int) -> None:
         if mine is None or mine.primary:
             return False
         primary = next(role for role in roles if role.node_id == mine.primary_id)
-        with cluster.node(primary.port) as client:
-            info = client.info("replication")
-        return any(
-            key.startswith("slave") and value.get("port") == port and value["state"] == "online"
-            for key, value in info.items()
-            if isinstance(value, dict)
-        )
+        return port in _online(cluster, primary.port)
 
     cluster.wait_whole(replicating)
 
