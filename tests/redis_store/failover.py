@@ -129,23 +129,26 @@ def in_sync(cluster: RedisClusterNodes) -> None:
     cluster.wait_whole(lambda: all(_online(cluster, p.port) for p in cluster.primaries()))
 
 
-def revive(cluster: RedisClusterNodes, port: int) -> None:
+def revive(cluster: RedisClusterNodes, port: int, primary_port: int) -> None:
     """Start the killed node on ``port`` again (its own directory, so its own cluster config):
-    it finds its slots taken by a newer epoch and turns into the new primary's replica. Returns
-    once that primary reports it online."""
+    it finds its slots taken by a newer epoch and turns into a replica of the node that took
+    them, on ``primary_port``. Returns once that primary reports it online and the cluster is
+    whole."""
     _sync_at_once(cluster)
     server = next(s for s in cluster.servers if s.port == port)
     server.start()
+    # Asked of the primary alone until then: the node answers LOADING to everything while it
+    # loads its first sync, which the cluster's own polling does not take for an answer.
+    began = time.monotonic()
+    while port not in _online(cluster, primary_port):
+        assert time.monotonic() - began < _WAIT, f"the node on {port} did not come back"
+        time.sleep(0.05)  # polling a server that converges by itself, not ordering a race
 
-    def replicating() -> bool:
-        roles = cluster.roles()
-        mine = next((role for role in roles if role.port == port), None)
-        if mine is None or mine.primary:
-            return False
-        primary = next(role for role in roles if role.node_id == mine.primary_id)
-        return port in _online(cluster, primary.port)
+    def replica_of_it() -> bool:
+        roles = {role.port: role for role in cluster.roles()}
+        return not roles[port].primary and roles[port].primary_id == roles[primary_port].node_id
 
-    cluster.wait_whole(replicating)
+    cluster.wait_whole(replica_of_it)
 
 
 # -- each process --------------------------------------------------------------------------------
@@ -301,7 +304,7 @@ def _fail(cluster: RedisClusterNodes, failure: Failure, primary: int, replica: i
     else:
         cluster.kill(primary)  # returns once the replica serves the slots
         seconds = time.monotonic() - began
-        revive(cluster, primary)
+        revive(cluster, primary, replica)
         return seconds
     return time.monotonic() - began
 

@@ -121,6 +121,7 @@ def test_every_round_trip_ends_by_the_deadline_while_the_primary_is_down(
     cluster: RedisClusterNodes,
 ) -> None:
     primary = cluster.primaries()[1]
+    replica = next(role for role in cluster.replicas() if role.primary_id == primary.node_id)
     client = cluster_client(tuple(server.port for server in cluster.servers))
     store = RedisRunStore(client, namespace="deadline")
     (run_id,) = on_shard(client, "deadline", primary.port, 1)
@@ -182,7 +183,7 @@ def test_every_round_trip_ends_by_the_deadline_while_the_primary_is_down(
         )
 
     cluster.wait_whole(replaced)
-    revive(cluster, primary.port)
+    revive(cluster, primary.port, replica.port)
     # Once the replica serves the run, the next boundary past the deadline times the run out.
     with pytest.raises(RunTerminated) as ended_run:
         ctx.reserve_tool_call("search")
