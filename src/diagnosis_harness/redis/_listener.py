@@ -52,6 +52,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Final, final
 
 import redis
+from redis.exceptions import RedisClusterException
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -230,7 +231,7 @@ class Listener:
                     self._prune()
                     wanted = set(self._owners)
                     fresh, self._fresh = self._fresh, []
-                if time.monotonic() - routes_read >= _ROUTES_SECONDS:
+                if subscriptions.any() and time.monotonic() - routes_read >= _ROUTES_SECONDS:
                     routes_read = time.monotonic()
                     subscriptions.read_routes()
                 live = subscriptions.follow(wanted)  # a new owner on one of these is re-read now
@@ -240,8 +241,9 @@ class Listener:
                     continue
                 for channel in subscriptions.arrivals(_POLL_SECONDS):
                     self._refresh(channel)
-            except redis.RedisError:
-                # New connections subscribe every channel again, and so re-read every run.
+            except (redis.RedisError, RedisClusterException):
+                # New connections subscribe every channel again, and so re-read every run. (A
+                # cluster whose slot map has a hole, or no node of which answers, mid-failover.)
                 subscriptions.drop()
                 self._stop.wait(_BACKOFF_SECONDS)
             except Exception:  # a bug must not end the thread silently
