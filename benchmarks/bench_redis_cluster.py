@@ -32,6 +32,7 @@ import argparse
 import datetime
 import json
 import multiprocessing
+import os
 import platform
 import statistics
 import sys
@@ -209,6 +210,30 @@ def throughput(target: Target, processes: int, n: int, durability: Durability = 
     return processes * n / float(seconds)  # the spans came through a queue
 
 
+def rates(
+    setups: dict[str, tuple[Target, Durability]], rounds: int, n: int
+) -> dict[str, dict[str, float]]:
+    """Reservations per second of each setup with 1 and 8 processes: the median of ``rounds``
+    rounds, each measuring every setup in turn (in the reverse order every other round), so
+    that a change in the machine's load falls on all of them."""
+    seen: dict[str, dict[str, list[float]]] = {name: {"1": [], "8": []} for name in setups}
+    for i in range(rounds):
+        names = list(setups) if i % 2 == 0 else list(reversed(setups))
+        for name in names:
+            target, durability = setups[name]
+            for processes in (1, 8):
+                seen[name][str(processes)].append(throughput(target, processes, n, durability))
+    return {
+        name: {p: statistics.median(values) for p, values in by_processes.items()}
+        for name, by_processes in seen.items()
+    }
+
+
+def load_average() -> float:
+    """The machine's 1-minute load average: what else ran on its cores meanwhile."""
+    return os.getloadavg()[0]
+
+
 def spread(cluster: RedisClusterNodes) -> dict[int, int]:
     """How many of the 64 runs each primary holds (by its port)."""
     client = cluster.client()
@@ -243,7 +268,10 @@ def _table(data: dict[str, Any]) -> str:
         f"| ratio (target on the cluster ≤ {TARGET}) | {one['ratio']:.2f} "
         f"| {cluster['ratio']:.2f} ({verdict}) |",
         "",
-        f"The {RUNS} runs over the cluster's primaries: {data['runs_per_primary']}. "
+        f"Reservations per second: median of {data['rounds']} interleaved rounds of "
+        f"{data['reservations_per_process']:,} per process. The {RUNS} runs over the cluster's "
+        f"primaries: {data['runs_per_primary']}. Load average "
+        f"{' → '.join(str(load) for load in data['load_average'])}; "
         f"{data['cpus']} CPUs, Python {data['python']}, redis-py {data['redis_py']}, "
         f"{data['date']}.",
     ]
@@ -256,7 +284,8 @@ def main() -> int:
     options, _ = parser.parse_known_args()
     if REDIS_SERVER is None or REDIS_CLI is None:
         sys.exit("redis-server and redis-cli are not installed (apt-get install redis-server)")
-    batches, batch, n = (6, 200, 500) if options.quick else (30, 1_000, 2_000)
+    batches, batch, n, rounds = (6, 200, 500, 1) if options.quick else (30, 1_000, 2_000, 3)
+    loads = [load_average()]
     with tempfile.TemporaryDirectory() as directory:
         server = RedisServer(Path(directory) / "one")
         server.directory.mkdir()
@@ -268,12 +297,15 @@ def main() -> int:
                 "one_server": Target(cluster=False, ports=(server.port,)),
                 "cluster": Target(cluster=True, ports=tuple(s.port for s in cluster.servers)),
             }
-            measured: dict[str, dict[str, Any]] = {}
-            for name, target in targets.items():
-                measured[name] = {
-                    **ratio(target, batches, batch),
-                    "per_second": {str(p): throughput(target, p, n) for p in (1, 8)},
-                }
+            measured: dict[str, dict[str, Any]] = {
+                name: ratio(target, batches, batch) for name, target in targets.items()
+            }
+            per_second = rates(
+                {name: (target, "primary") for name, target in targets.items()}, rounds, n
+            )
+            for name, values in per_second.items():
+                measured[name]["per_second"] = values
+            loads.append(load_average())
             runs_per_primary = sorted(spread(cluster).values())
         finally:
             cluster.stop()
@@ -286,6 +318,8 @@ def main() -> int:
         "batches": batches,
         "batch": batch,
         "reservations_per_process": n,
+        "rounds": rounds,
+        "load_average": [round(load, 2) for load in loads],
         "runs": RUNS,
         "runs_per_primary": runs_per_primary,
         "target": TARGET,

@@ -46,7 +46,15 @@ from diagnosis_harness import RunContext
 # as pytest imports it): the benchmark repeats the trial CI runs.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from bench_redis_cluster import LIMITS, RESULTS, SESSION, Target, per_call_ns, throughput
+from bench_redis_cluster import (
+    LIMITS,
+    RESULTS,
+    SESSION,
+    Target,
+    load_average,
+    per_call_ns,
+    rates,
+)
 
 from redis_store.cluster import REDIS_CLI, RedisClusterNodes
 from redis_store.failover import Durability, Failure, Trial, in_sync, run_trial
@@ -165,34 +173,60 @@ def _table(data: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        f"{data['processes']} processes reserving on 2 runs of the failing shard per trial; "
+        f"{data['processes']} processes reserving on 2 runs of the failing shard per trial. "
+        f"Reservations per second: median of {cost['rounds']} interleaved rounds of "
+        f"{cost['reservations_per_process']:,} per process; load average "
+        f"{' → '.join(str(load) for load in cost['load_average'])}. "
         f"{data['cpus']} CPUs, Python {data['python']}, redis-py {data['redis_py']}, "
         f"{data['date']}.",
     ]
     return "\n".join(lines)
 
 
+def _cost(cluster: RedisClusterNodes, quick: bool) -> dict[str, Any]:
+    batches, batch, n, rounds = (6, 200, 500, 1) if quick else (20, 500, 1_000, 3)
+    target = Target(cluster=True, ports=tuple(s.port for s in cluster.servers))
+    loads = [load_average()]
+    reservation_ns = latency(target, batches, batch)
+    per_second = rates({mode: (target, mode) for mode in MODES}, rounds, n)
+    loads.append(load_average())
+    return {
+        "reservation_ns": {mode: round(ns, 1) for mode, ns in reservation_ns.items()},
+        "per_second": {
+            mode: {p: round(rate) for p, rate in by_processes.items()}
+            for mode, by_processes in per_second.items()
+        },
+        "rounds": rounds,
+        "reservations_per_process": n,
+        "load_average": [round(load, 2) for load in loads],
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--trials", type=int, default=20, help="trials per failure and mode")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 trials, fewer calls")
+    parser.add_argument(
+        "--only",
+        choices=("losses", "cost"),
+        help="measure one part again; the other is kept from the last results",
+    )
     options = parser.parse_args()
     if REDIS_SERVER is None or REDIS_CLI is None:
         sys.exit("redis-server and redis-cli are not installed (apt-get install redis-server)")
-    trials = 2 if options.quick else options.trials
-    batches, batch, n = (6, 200, 500) if options.quick else (20, 500, 1_000)
+    path = RESULTS / "cluster_durability.json"
+    kept: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")) if options.only else {}
     with tempfile.TemporaryDirectory() as directory:
         cluster = RedisClusterNodes(Path(directory))
         try:
             cluster.start()
             in_sync(cluster)  # durability="replica" needs every replica online
-            target = Target(cluster=True, ports=tuple(s.port for s in cluster.servers))
-            reservation_ns = latency(target, batches, batch)
-            per_second = {
-                durability: {str(p): throughput(target, p, n, durability) for p in (1, 8)}
-                for durability in MODES
-            }
-            lost = losses(cluster, trials)
+            cost = kept["cost"] if options.only == "losses" else _cost(cluster, options.quick)
+            lost = (
+                kept["losses"]
+                if options.only == "cost"
+                else losses(cluster, 2 if options.quick else options.trials)
+            )
         finally:
             cluster.stop()
     data = {
@@ -202,19 +236,11 @@ def main() -> int:
         "cpus": multiprocessing.cpu_count(),
         "processes": PROCESSES,
         "losses": lost,
-        "cost": {
-            "reservation_ns": {k: round(v, 1) for k, v in reservation_ns.items()},
-            "per_second": {
-                mode: {p: round(v) for p, v in values.items()}
-                for mode, values in per_second.items()
-            },
-        },
+        "cost": cost,
     }
     table = _table(data)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "cluster_durability.json").write_text(
-        json.dumps(data, indent=2) + "\n", encoding="utf-8"
-    )
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     (RESULTS / "cluster_durability.md").write_text(table + "\n", encoding="utf-8")
     print(table)
     # The promises of the documented table: what may be lost, and what never happens.
