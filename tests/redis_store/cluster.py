@@ -8,13 +8,19 @@ every node reports ``cluster_state:ok`` and agrees on the slots. The node timeou
 killed primary takes seconds, not the default fifteen.
 
 :meth:`RedisClusterNodes.failover` promotes a replica (``CLUSTER FAILOVER`` sent to it, the manual
-failover a maintenance window does); :meth:`RedisClusterNodes.kill` crashes a node; both return
-once the cluster is whole again, as its nodes report. Waiting here polls the servers' own reports
-of a state they reach by themselves; it orders nothing in a test.
+failover a maintenance window does); :meth:`RedisClusterNodes.kill` crashes a node;
+:meth:`RedisClusterNodes.reshard` moves hash slots from one primary to another with
+``redis-cli --cluster reshard`` (the slot migration an operator runs to rebalance: each slot set
+``MIGRATING`` on its owner and ``IMPORTING`` on the new one, its keys moved by ``MIGRATE``, then
+the new owner announced), which takes the source's lowest-numbered slots first, so a test picks
+keys in ``slots_of(source)[:n]`` before it moves them. All three return once the cluster is whole
+again, as its nodes report. Waiting here polls the servers' own reports of a state they reach by
+themselves; it orders nothing in a test.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import time
@@ -23,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import redis
 from redis.cluster import RedisCluster
+from redis.crc import key_slot
 
 from .server import RedisServer, free_port
 
@@ -59,6 +66,7 @@ class NodeRole:
     primary: bool
     primary_id: str | None
     slots: int
+    ranges: tuple[tuple[int, int], ...] = ()  # the slots it serves, as (first, last) ranges
 
 
 class RedisClusterNodes:
@@ -129,19 +137,20 @@ class RedisClusterNodes:
             node_id, address, flags, primary_id = fields[0], fields[1], fields[2], fields[3]
             if "fail" in flags.split(",") or "noaddr" in flags:
                 continue
-            slots = 0
+            ranges = []
             for spec in fields[8:]:
                 if spec.startswith("["):
                     continue  # a slot being migrated: counted where it lives now
                 low, _, high = spec.partition("-")
-                slots += int(high or low) - int(low) + 1
+                ranges.append((int(low), int(high or low)))
             roles.append(
                 NodeRole(
                     port=int(address.split("@")[0].rsplit(":", 1)[1]),
                     node_id=node_id,
                     primary="master" in flags,
                     primary_id=None if primary_id == "-" else primary_id,
-                    slots=slots,
+                    slots=sum(last - first + 1 for first, last in ranges),
+                    ranges=tuple(sorted(ranges)),
                 )
             )
         return sorted(roles, key=lambda role: role.port)
@@ -151,6 +160,67 @@ class RedisClusterNodes:
 
     def replicas(self) -> list[NodeRole]:
         return [role for role in self.roles() if not role.primary]
+
+    def slots_of(self, port: int) -> list[int]:
+        """The hash slots the primary on ``port`` serves, lowest first, as the cluster sees it."""
+        (role,) = (role for role in self.roles() if role.port == port)
+        return [slot for first, last in role.ranges for slot in range(first, last + 1)]
+
+    def primary_of(self, key: str) -> int:
+        """The port of the primary that serves ``key``'s hash slot, as the cluster sees it."""
+        slot = key_slot(key.encode())
+        (port,) = (
+            role.port
+            for role in self.primaries()
+            if any(first <= slot <= last for first, last in role.ranges)
+        )
+        return port
+
+    def reshard(self, slots: int, from_port: int, to_port: int) -> list[int]:
+        """Move ``slots`` hash slots, keys and all, from the primary on ``from_port`` to the one on
+        ``to_port`` (``redis-cli --cluster reshard``), and return the slots moved, lowest first,
+        once the cluster is whole with them on ``to_port``.
+
+        redis-cli plans the move from the source's slots in ascending order and takes the first
+        ``slots``: the slots moved are ``slots_of(from_port)[:slots]`` as read before the call
+        (checked here against the plan it prints). Clients of a moved slot are redirected
+        (``ASK`` while it moves, ``MOVED`` after); a script on keys some of which have moved is
+        answered ``TRYAGAIN``."""
+        assert REDIS_CLI is not None
+        self.wait_whole()  # redis-cli refuses to move slots the nodes do not agree on
+        roles = {role.port: role for role in self.roles()}
+        source, target = roles[from_port], roles[to_port]
+        planned = self.slots_of(from_port)[:slots]
+        done = subprocess.run(
+            [
+                REDIS_CLI,
+                "--cluster",
+                "reshard",
+                f"127.0.0.1:{from_port}",
+                *("--cluster-from", source.node_id),
+                *("--cluster-to", target.node_id),
+                *("--cluster-slots", str(slots)),
+                "--cluster-yes",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        # Its plan, one line a slot: "Moving slot 17 from <source id>".
+        moved = [
+            int(slot)
+            for slot in re.findall(
+                r"^\s*Moving slot (\d+) from [0-9a-f]+$", done.stdout, re.MULTILINE
+            )
+        ]
+        if done.returncode != 0 or moved != planned:
+            raise RuntimeError(
+                f"redis-cli --cluster reshard moved {moved}, not {planned} "
+                f"(exit {done.returncode}): {done.stdout[-2000:]}{done.stderr[-2000:]}"
+            )
+        self.wait_whole(lambda: set(moved) <= set(self.slots_of(to_port)))
+        return moved
 
     def failover(self, replica_port: int) -> None:
         """Promote the replica on ``replica_port`` (``CLUSTER FAILOVER``: its primary is caught up

@@ -21,15 +21,16 @@ from diagnosis_harness import BudgetLimits, RunContext, RunState, RunStoreUnavai
 from diagnosis_harness.redis import RedisRunStore
 from diagnosis_harness.redis._run_keys import RunKeys
 
-from .cluster import REDIS_CLI, RedisClusterNodes
-from .server import REDIS_SERVER
-
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
     import redis
 
-pytestmark = pytest.mark.version_independent  # the cluster behaves the same whatever the Python
+    from .cluster import RedisClusterNodes
+
+# The session's cluster (conftest.py), left whole: the slot moves all the way. It behaves the same
+# whatever the Python.
+pytestmark = pytest.mark.version_independent
 
 LIMITS = BudgetLimits(
     model_calls=100,
@@ -46,18 +47,6 @@ def _send(node: redis.Redis | redis.client.Pipeline, *args: object) -> Any:
     """A command redis-py has no typed method for (``CLUSTER SETSLOT``, ``MIGRATE``, ...)."""
     send: Callable[..., Any] = node.execute_command
     return send(*args)
-
-
-@pytest.fixture(scope="module")
-def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterNodes]:
-    if REDIS_SERVER is None or REDIS_CLI is None:
-        pytest.skip("redis-server is not installed (apt-get install redis-server; CI installs it)")
-    cluster = RedisClusterNodes(tmp_path_factory.mktemp("cluster"))
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def test_an_ending_on_a_half_moved_tree_fails_whole_then_succeeds_whole(

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 from diagnosis_harness import (
@@ -38,11 +39,12 @@ from diagnosis_harness import (
 from diagnosis_harness.redis import RedisRunStore
 from diagnosis_harness.redis._store import RunKeys
 
+from .conftest import single_server
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    from redis.cluster import RedisCluster
-
+    from .conftest import RedisBackend
     from .server import RedisServer
 
 LIMITS = BudgetLimits(
@@ -59,9 +61,10 @@ _WAIT_SECONDS = 30.0  # a bound on a wait for the listener thread, never a pause
 
 
 @pytest.fixture
-def other_store(redis_server: RedisServer, namespace: str) -> Iterator[RedisRunStore]:
-    """A second store on the same runs: another process, as far as the listener can tell."""
-    store = RedisRunStore(redis_server.client(), namespace=namespace)
+def other_store(redis_backend: RedisBackend, namespace: str) -> Iterator[RedisRunStore]:
+    """A second store on the same runs, on a client of its own: another process, as far as the
+    listener can tell."""
+    store = RedisRunStore(redis_backend.client(), namespace=namespace)
     yield store
     store.close()
     store.client.close()
@@ -90,8 +93,14 @@ def _channel(namespace: str, run_id: str) -> str:
     return RunKeys.of(namespace, run_id).channel
 
 
+def _everywhere(client: redis.Redis | RedisCluster) -> dict[str, Any]:
+    """A PUBSUB command's arguments to ask every node: redis-py's cluster client asks one node
+    only, and a sharded channel is subscribed on the node of its slot."""
+    return {"target_nodes": RedisCluster.ALL_NODES} if isinstance(client, RedisCluster) else {}
+
+
 def _subscribers(client: redis.Redis | RedisCluster, namespace: str, run_id: str) -> int:
-    [(_, count)] = client.pubsub_shardnumsub(_channel(namespace, run_id))
+    [(_, count)] = client.pubsub_shardnumsub(_channel(namespace, run_id), **_everywhere(client))
     return int(count)
 
 
@@ -268,9 +277,11 @@ def test_a_worker_that_attaches_to_run_after_run_keeps_no_state_for_them(
     assert store.watched_runs == frozenset()
     markers = _catch_up(store, other_store, "marker-3")
     assert all(_subscribers(store.client, namespace, run_id) == 0 for run_id in runs)
-    assert set(store.client.pubsub_shardchannels(f"{namespace}:*")) <= markers
+    subscribed = store.client.pubsub_shardchannels(f"{namespace}:*", **_everywhere(store.client))
+    assert set(subscribed) <= markers
 
 
+@single_server  # its store's client is a plain one with hooks, on the one server
 def test_an_owner_dropped_right_after_the_listener_first_read_it_is_forgotten(
     redis_server: RedisServer, other_store: RedisRunStore
 ) -> None:
@@ -300,13 +311,13 @@ def test_an_owner_dropped_right_after_the_listener_first_read_it_is_forgotten(
 
 
 def test_a_store_nobody_holds_any_more_stops_its_listener(
-    redis_server: RedisServer, namespace: str
+    redis_backend: RedisBackend, namespace: str
 ) -> None:
     """A service that makes a store per request and forgets to close it must not keep threads
     and connections for each: the listener, and the store's workers if it started any, stop
     when the store is collected."""
     before = set(threading.enumerate())
-    store = RedisRunStore(redis_server.client(), namespace=namespace)
+    store = RedisRunStore(redis_backend.client(), namespace=namespace)
     ctx = _create(store)
     threads = [t for t in threading.enumerate() if t not in before]
     assert "diagnosis-harness-redis-listener" in {t.name for t in threads}
@@ -317,6 +328,7 @@ def test_a_store_nobody_holds_any_more_stops_its_listener(
         assert not thread.is_alive(), thread.name
 
 
+@single_server  # its store's client is a plain one with hooks, on the one server
 def test_a_listener_read_that_an_ending_overtakes_is_harmless(
     redis_server: RedisServer, other_store: RedisRunStore, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -409,6 +421,7 @@ class _ClientWithAHook:
 
 
 @pytest.mark.parametrize("already_subscribed", [False, True])
+@single_server  # its store's client is a plain one with hooks, on the one server
 def test_an_ending_between_an_attachs_first_read_and_its_watch_is_delivered(
     redis_server: RedisServer, other_store: RedisRunStore, already_subscribed: bool
 ) -> None:
@@ -456,6 +469,7 @@ def test_an_ending_between_an_attachs_first_read_and_its_watch_is_delivered(
 _EARLY_RETURN_WINDOW = 0.5  # seconds a callback gives cancel() to return early, were it to
 
 
+@single_server  # its store's client is a plain one with hooks, on the one server
 def test_the_call_that_ends_the_run_returns_after_the_listener_ran_the_callbacks(
     redis_server: RedisServer, other_store: RedisRunStore
 ) -> None:

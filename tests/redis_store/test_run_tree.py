@@ -44,6 +44,7 @@ from diagnosis_harness.redis._run_keys import RunKeys
 from diagnosis_harness.testing import ManualClock
 
 from . import tree_workers
+from .conftest import single_server
 from .proxy import Proxy
 from .workers import SESSION
 
@@ -520,7 +521,9 @@ def test_a_tree_lives_in_one_slot_and_expires_with_its_root(
     shard.reserve_tool_call("grep")
     store.capacity_counter("logs", 100).try_reserve(10)  # a child's counter, found by its ID
     logs.lifecycle.succeed()  # ended, but its parent lives: kept, to be read
-    keys = [k.decode() if isinstance(k, bytes) else k for k in client.keys(f"{store.namespace}:*")]
+    keys = [
+        k.decode() if isinstance(k, bytes) else k for k in client.scan_iter(f"{store.namespace}:*")
+    ]
     indexes = {key for key in keys if key.endswith(":root")}
     assert indexes == {
         f"{store.namespace}:{{{name}}}:root" for name in ("logs", "metrics", "logs-1")
@@ -537,6 +540,7 @@ def test_a_tree_lives_in_one_slot_and_expires_with_its_root(
     assert all(0 < client.pttl(key) <= ttl for key in tree), tree
 
 
+@single_server  # its workers connect to the one server (tree_workers)
 def test_a_child_made_and_used_in_another_process_is_attached_by_its_id(
     redis_server: RedisServer, store: RedisRunStore
 ) -> None:
@@ -592,6 +596,7 @@ def _run_all(targets: list[tuple[Callable[..., None], dict[str, Any]]], out: Any
 
 @pytest.mark.version_independent
 @pytest.mark.end_to_end
+@single_server  # its workers connect to the one server (tree_workers)
 def test_a_parent_cancelled_while_three_children_in_three_processes_are_mid_call(
     redis_server: RedisServer, store: RedisRunStore
 ) -> None:
@@ -648,6 +653,7 @@ def test_a_parent_cancelled_while_three_children_in_three_processes_are_mid_call
 
 @pytest.mark.version_independent
 @pytest.mark.end_to_end
+@single_server  # its workers connect to the one server (tree_workers)
 def test_two_children_in_two_processes_capped_at_6_under_a_parent_limit_of_9_get_exactly_9(
     redis_server: RedisServer, store: RedisRunStore
 ) -> None:

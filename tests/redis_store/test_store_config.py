@@ -26,6 +26,7 @@ from .server import free_port
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .conftest import RedisBackend
     from .server import RedisServer
 
 LIMITS = BudgetLimits(
@@ -132,9 +133,9 @@ def test_limits_lua_cannot_compare_exactly_are_refused(store: RedisRunStore) -> 
 
 
 def test_keys_share_one_hash_tag_and_expire_after_the_run_ends(
-    redis_server: RedisServer, namespace: str
+    redis_backend: RedisBackend, namespace: str
 ) -> None:
-    client = redis_server.client()
+    client = redis_backend.client()
     store = RedisRunStore(client, namespace=namespace, expire_after=30)
     ctx = _create(store)
     ctx.reserve_tool_call("search")
@@ -152,9 +153,9 @@ def test_keys_share_one_hash_tag_and_expire_after_the_run_ends(
 
 
 def test_the_capacity_counter_is_shared_and_all_or_nothing(
-    redis_server: RedisServer, namespace: str
+    redis_backend: RedisBackend, namespace: str
 ) -> None:
-    first, second = redis_server.client(), redis_server.client()
+    first, second = redis_backend.client(), redis_backend.client()
     store_a = RedisRunStore(first, namespace=namespace)
     store_b = RedisRunStore(second, namespace=namespace)
     _create(store_a)
