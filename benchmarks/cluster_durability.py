@@ -35,6 +35,7 @@ import statistics
 import sys
 import tempfile
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +105,7 @@ def _sums(trials: list[Trial]) -> dict[str, Any]:
         "exceeded": sum(t.exceeded for t in trials),
         "unavailable": sum(t.unavailable for t in trials),
         "unconfirmed": sum(t.unconfirmed for t in trials),
+        "refusals": dict(sum((Counter(t.refusals) for t in trials), Counter())),
         "endings_delivered_once": sum(t.callbacks_once for t in trials),
         "processes_capped": sum(t.capped for t in trials),
         "failover_seconds_median": round(statistics.median(t.failover_seconds for t in trials), 2),

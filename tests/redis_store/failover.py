@@ -34,6 +34,7 @@ import contextlib
 import functools
 import itertools
 import multiprocessing
+import re
 import threading
 import time
 import traceback
@@ -166,7 +167,10 @@ def _reserve(ctx: RunContext, tool: str, missed: Counter[str]) -> None:
         try:
             ctx.reserve_tool_call(tool)
         except RunStoreUnavailable as error:
-            missed["unconfirmed" if "not confirmed by a replica" in str(error) else "other"] += 1
+            # Counted by what the store said went wrong (its numbers left out): which refusals
+            # a failover causes.
+            cause = str(error).rsplit("nothing granted: ", 1)[-1]
+            missed[re.sub(r"[0-9][0-9.]*", "N", cause)] += 1
             continue
         return
     ctx.reserve_tool_call(tool)
@@ -270,6 +274,7 @@ class Trial:
     capped: int  # processes that reached the cap and waited for the failover to finish
     unavailable: int  # reservations the store did not answer (tried again)
     unconfirmed: int  # of which not confirmed by a replica
+    refusals: dict[str, int]  # the store's messages, numbers left out, and how often
     failover_seconds: float  # from the failover's start until the cluster was whole again
     states: dict[str, str]  # each run's state in the store afterwards
     callbacks: list[dict[str, list[str]]]  # per process: each run's callback calls
@@ -458,6 +463,7 @@ def _count(
         "after_failover": sum(result[3] for result in results),
         "capped": sum(bool(result[4]) for result in results),
         "unavailable": sum(missed.values()),
-        "unconfirmed": missed["unconfirmed"],
+        "unconfirmed": sum(n for said, n in missed.items() if "not confirmed by a replica" in said),
+        "refusals": dict(missed),
         "failover_seconds": failover_seconds,
     }
