@@ -54,6 +54,8 @@ def _node_arguments() -> tuple[str, ...]:
         *("--cluster-port", str(free_port())),
         # A replica whose primary failed takes over however long it was cut off.
         *("--cluster-replica-validity-factor", "0"),
+        # A replica's first sync starts at once, not after Redis's 5 s wait for more replicas.
+        *("--repl-diskless-sync-delay", "0"),
     )
 
 

@@ -94,6 +94,8 @@ def test_with_durability_replica_a_failover_loses_no_acknowledged_grant(
     _check_every_trial(trial)
     assert trial.lost == 0, trial  # every grant a process saw is counted in the store
     assert trial.over == 0, trial  # so no run was reserved past its limit
+    # A WAIT the demoted primary dropped is sent again on the new one, not refused.
+    assert not any("UNBLOCKED" in refusal for refusal in trial.refusals), trial
 
 
 def test_by_default_a_manual_failover_loses_no_acknowledged_grant(

@@ -11,8 +11,9 @@ one server and a cluster:
 - which failures are worth sending the command again while its bound leaves time. One server:
   a lost connection, once (a restart). A cluster: also a node that fails over, a slot that moves
   or is moving (``MOVED``, ``ASK``, ``TRYAGAIN``, ``CLUSTERDOWN``, a script stopped because a
-  key of its slot left mid-migration) -- each clears within the cluster's node timeout or the
-  migration's end, so the store keeps trying, with a growing pause, until the bound;
+  key of its slot left mid-migration, a ``WAIT`` dropped by a primary demoted to replica) --
+  each clears within the cluster's node timeout or the migration's end, so the store keeps
+  trying, with a growing pause, until the bound;
 - how long a command that fails in the caller's thread may take at worst (``slowest``): a connect
   and a read on one server; on a cluster also redis-py's reload of the slot map after a lost
   node, a connect and a read to each node it tries.
@@ -50,6 +51,9 @@ _FENCE_MS: Final = 60_000  # the fence outlives any WAIT the store sends, then g
 # A script stopped mid-way because a key of its slot has left for another node (a migration):
 # the server's words; it wrote nothing before the key it could not read (see lua/common.lua).
 _MIGRATING_SCRIPT: Final = "non local key"
+# A WAIT the primary dropped as it became a replica (a manual failover): the write is on the new
+# primary (the failover waited for it), so the call sent again there finds it applied, once.
+_DEMOTED: Final = "UNBLOCKED"
 
 
 class WriteNotConfirmed(redis.RedisError):
@@ -168,7 +172,8 @@ class Servers:
             return attempt < 2 and isinstance(error, redis.ConnectionError)
         moving = (redis.ConnectionError, ClusterError, TryAgainError, AskError)
         return isinstance(error, moving) or (
-            isinstance(error, redis.ResponseError) and _MIGRATING_SCRIPT in str(error)
+            isinstance(error, redis.ResponseError)
+            and (_MIGRATING_SCRIPT in str(error) or str(error).startswith(_DEMOTED))
         )
 
     def fcall(
