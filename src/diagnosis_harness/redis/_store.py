@@ -72,17 +72,17 @@ class RedisRunStore:
     default is 5 s), the store's timeout. A run tree's keys and channels share its root's hash
     tag, so each tree lives on one shard of a cluster, and runs spread over all of them. The
     store talks to the client's servers on connections of its own, with the client's settings
-    but without redis-py's retries: every round trip waits at most until the run's deadline, or the
-    store's timeout if sooner (see :mod:`._bounded`), then fails with ``RunStoreUnavailable``;
-    the store decides what is sent again (on a cluster, through a failover or a moving slot,
-    until that bound). ``durability``: ``"primary"`` (default) acknowledges a write the primary
-    applied; ``"replica"`` also waits for a replica to confirm it (``WAIT``) and refuses it,
-    with ``RunStoreUnavailable``, if none does in time -- see :data:`DURABILITIES`.
-    ``namespace`` is a safe key segment
-    (``[A-Za-z0-9_.-]``, 1 to 128 characters); a run's keys expire ``expire_after`` seconds
-    (default a day) after the run ends. Thread-safe; one store per client is enough for every
-    run of a process. :meth:`close` stops its listener thread,
-    as does the store's collection once neither it nor an owner of its runs is held.
+    but without redis-py's retries: every round trip waits at most until the run's deadline, or
+    the store's timeout if sooner (see :mod:`._bounded`), then fails with
+    ``RunStoreUnavailable``; the store decides what is sent again (on a cluster, through a
+    failover or a moving slot, until that bound). ``durability``: ``"primary"`` (default)
+    acknowledges a write the primary applied; ``"replica"`` also waits for a replica to confirm
+    it (``WAIT``) and refuses it, with ``RunStoreUnavailable``, if none does in time -- see
+    :data:`DURABILITIES`. ``namespace`` is a safe key segment (``[A-Za-z0-9_.-]``, 1 to 128
+    characters); a run's keys expire ``expire_after`` seconds (default a day) after the run
+    ends. Thread-safe; one store per client is enough for every run of a process.
+    :meth:`close` stops its listener thread, as does the store's collection once neither it
+    nor an owner of its runs is held.
     """
 
     __slots__ = ("__weakref__", "_expire_after_ms", "_link", "client", "durability", "namespace")
