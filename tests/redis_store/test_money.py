@@ -455,6 +455,11 @@ def test_a_partial_hold_the_store_did_not_answer_is_answered_the_same_when_sent_
     store = RedisRunStore(client, namespace="money-partial-stall")
     ctx = _money_run(store, D("1.00"), uuid.uuid4().hex)
     ctx.reserve_tool_call("search", max_cost=D("0.70"))
+    # The call must be sent, not stuck in a new connection's handshake with the paused server:
+    # no listener to take the pool's connection for a re-read at that moment, and a read that
+    # leaves a live connection on top of the pool for the call.
+    store.close()
+    ctx.budget.snapshot()
     paused.pause()
     with pytest.raises(RunStoreUnavailable):
         ctx.reserve_model_call(max_cost=D("0.50"), min_cost=D("0.10"))
