@@ -82,11 +82,30 @@ def _client(port: int) -> redis.Redis:
     return redis.Redis(host="127.0.0.1", port=port, socket_timeout=5.0)
 
 
-def _per_call_ns(call: Any, n: int) -> float:
+def per_call_ns(call: Any, n: int) -> float:
     start = time.perf_counter_ns()
     for _ in range(n):
         call()
     return (time.perf_counter_ns() - start) / n
+
+
+def alternating(incr: Any, reserve: Any, batches: int, batch: int) -> dict[str, float]:
+    """Median per-call ns of ``incr`` and of ``reserve``, and their ratio: each warmed first,
+    then ``batches`` batches of ``batch`` calls, the two taking turns at going first."""
+    for call in (incr, reserve):  # warm the connections, the function cache and the code paths
+        per_call_ns(call, batch)
+    incr_ns: list[float] = []
+    reserve_ns: list[float] = []
+    for i in range(batches):
+        order = [(incr, incr_ns), (reserve, reserve_ns)]
+        for call, values in order if i % 2 == 0 else reversed(order):
+            values.append(per_call_ns(call, batch))
+    incr_median, reserve_median = statistics.median(incr_ns), statistics.median(reserve_ns)
+    return {
+        "incr_ns": incr_median,
+        "reservation_ns": reserve_median,
+        "ratio": reserve_median / incr_median,
+    }
 
 
 def ratio(port: int, batches: int, batch: int) -> dict[str, float]:
@@ -103,22 +122,10 @@ def ratio(port: int, batches: int, batch: int) -> dict[str, float]:
     def reserve() -> None:
         ctx.reserve_tool_call("search")
 
-    for call in (incr, reserve):  # warm the connection, the script cache and the code paths
-        _per_call_ns(call, batch)
-    incr_ns: list[float] = []
-    reserve_ns: list[float] = []
-    for i in range(batches):
-        order = [(incr, incr_ns), (reserve, reserve_ns)]
-        for call, values in order if i % 2 == 0 else reversed(order):
-            values.append(_per_call_ns(call, batch))
+    figures = alternating(incr, reserve, batches, batch)
     store.close()
     client.close()
-    incr_median, reserve_median = statistics.median(incr_ns), statistics.median(reserve_ns)
-    return {
-        "incr_ns": incr_median,
-        "reservation_ns": reserve_median,
-        "ratio": reserve_median / incr_median,
-    }
+    return figures
 
 
 def _reserve_many(port: int, run_id: str, n: int, start: Any, out: Any) -> None:

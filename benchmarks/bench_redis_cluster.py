@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import redis
+from bench_redis import alternating
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
@@ -58,7 +59,6 @@ from redis_store.cluster import REDIS_CLI, RedisClusterNodes
 from redis_store.server import REDIS_SERVER, RedisServer
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from multiprocessing.queues import Queue
     from multiprocessing.synchronize import Barrier
 
@@ -95,13 +95,6 @@ class Target:
         return RedisRunStore(client, namespace=namespace, durability=durability)
 
 
-def per_call_ns(call: Callable[[], object], n: int) -> float:
-    start = time.perf_counter_ns()
-    for _ in range(n):
-        call()
-    return (time.perf_counter_ns() - start) / n
-
-
 def ratio(target: Target, batches: int, batch: int) -> dict[str, float]:
     """Median per-call ns of ``INCR`` and of a reservation, alternating batches, one client."""
     client = target.client()
@@ -119,22 +112,10 @@ def ratio(target: Target, batches: int, batch: int) -> dict[str, float]:
     def reserve() -> None:
         ctx.reserve_tool_call("search")
 
-    for call in (incr, reserve):  # warm the connections, the function cache and the code paths
-        per_call_ns(call, batch)
-    incr_ns: list[float] = []
-    reserve_ns: list[float] = []
-    for i in range(batches):
-        order = [(incr, incr_ns), (reserve, reserve_ns)]
-        for call, values in order if i % 2 == 0 else reversed(order):
-            values.append(per_call_ns(call, batch))
+    figures = alternating(incr, reserve, batches, batch)
     store.close()
     client.close()
-    incr_median, reserve_median = statistics.median(incr_ns), statistics.median(reserve_ns)
-    return {
-        "incr_ns": incr_median,
-        "reservation_ns": reserve_median,
-        "ratio": reserve_median / incr_median,
-    }
+    return figures
 
 
 def _reserve_many(

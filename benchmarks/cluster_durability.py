@@ -47,13 +47,13 @@ from diagnosis_harness import RunContext
 # as pytest imports it): the benchmark repeats the trial CI runs.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from bench_redis import per_call_ns
 from bench_redis_cluster import (
     LIMITS,
     RESULTS,
     SESSION,
     Target,
     load_average,
-    per_call_ns,
     rates,
 )
 
