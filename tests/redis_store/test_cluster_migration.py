@@ -21,7 +21,6 @@ import pytest
 from redis.crc import key_slot
 
 from diagnosis_harness import (
-    BudgetLimits,
     CancellationReason,
     RunContext,
     RunState,
@@ -30,6 +29,7 @@ from diagnosis_harness import (
 from diagnosis_harness.redis import RedisRunStore
 from diagnosis_harness.redis._run_keys import RunKeys
 from diagnosis_harness.redis._servers import Servers
+from strategies import limits
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -43,15 +43,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.version_independent
 
 _WAIT = 30.0  # a bound on a wait for the listener's thread, never a pause
-LIMITS = BudgetLimits(
-    model_calls=100,
-    tool_calls=100,
-    per_tool_calls=100,
-    input_tokens=1000,
-    output_tokens=1000,
-    total_tokens=2000,
-    run_bytes=10_000,
-)
+LIMITS = limits()  # none reached: these tests are about where writes go
 
 
 def _send(node: redis.Redis | redis.client.Pipeline, *args: object) -> Any:

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from diagnosis_harness import BudgetLimits, RunContext, RunStoreUnavailable
+from diagnosis_harness import RunContext, RunStoreUnavailable
 from diagnosis_harness.redis import RedisRunStore
 from diagnosis_harness.redis._run_keys import RunKeys
+from strategies import limits
 
 from .server import REDIS_SERVER, RedisServer
 
@@ -28,15 +29,7 @@ if TYPE_CHECKING:
 
     import redis
 
-LIMITS = BudgetLimits(
-    model_calls=100,
-    tool_calls=100,
-    per_tool_calls=100,
-    input_tokens=1000,
-    output_tokens=1000,
-    total_tokens=2000,
-    run_bytes=10_000,
-)
+LIMITS = limits()  # none reached: these tests are about where writes go
 _SYNC_SECONDS = 30.0  # a bound on the replica's first sync, never a pause
 
 
