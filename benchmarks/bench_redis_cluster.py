@@ -44,11 +44,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import redis
-from bench_redis import alternating
+from bench_redis import LIMITS, SESSION, alternating
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from diagnosis_harness import BudgetLimits, RunContext
+from diagnosis_harness import RunContext
 from diagnosis_harness.redis import RedisRunStore
 
 # The test suite's server and cluster fixtures (tests/redis_store/, imported as `redis_store`, as
@@ -64,18 +64,8 @@ if TYPE_CHECKING:
 
 RESULTS = Path(__file__).parent / "results"
 TARGET = 1.5
-SESSION = "bench"
 RUNS = 64
 TIMEOUT = 5.0  # every client's socket_timeout: the store's timeout
-LIMITS = BudgetLimits(
-    model_calls=1,
-    tool_calls=10**12,
-    per_tool_calls=10**12,
-    input_tokens=1,
-    output_tokens=1,
-    total_tokens=1,
-    run_bytes=1,
-)
 Durability = Literal["primary", "replica"]
 
 
