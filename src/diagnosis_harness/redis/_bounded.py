@@ -80,20 +80,19 @@ class Bound:
 
 @final
 class BoundedClient:
-    """The store's own client (``client``: redis-py's retries off) and its worker threads.
+    """The store's own client and its worker threads.
 
-    ``timeout`` is the store's timeout, the given client's ``socket_timeout``. Thread-safe.
+    ``servers``: the client (redis-py's retries off), the store's timeout (the given client's
+    ``socket_timeout``) and what else differs between one server and a cluster. Thread-safe.
     Under ``_lock``: the executor, made again in a process forked from the one that made it
     (threads do not survive ``fork()``).
     """
 
-    __slots__ = ("_executor", "_lock", "_pid", "client", "servers", "timeout")
+    __slots__ = ("_executor", "_lock", "_pid", "servers")
 
     def __init__(self, client: object) -> None:
         # Refuses a client of another kind, or without a finite socket_timeout.
         self.servers: Final = servers_of(client)
-        self.client: Final[Client] = self.servers.client
-        self.timeout: Final = self.servers.timeout
         self._lock = threading.Lock()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._pid = os.getpid()
@@ -102,7 +101,7 @@ class BoundedClient:
         """The bound of an operation beginning now: the store's timeout, or ``left_ns`` (the
         time before the run's deadline, on the run's clock) if sooner, but at least
         :data:`GRACE_SECONDS`."""
-        seconds, why = self.timeout, "the store's timeout, the client's socket_timeout"
+        seconds, why = self.servers.timeout, "the store's timeout, the client's socket_timeout"
         here = left_ns is None or left_ns / 1e9 > self.servers.slowest
         if left_ns is not None:
             left = max(left_ns / 1e9, GRACE_SECONDS)
@@ -147,7 +146,7 @@ class BoundedClient:
         """``command(client)``, with redis-py's cluster errors that are not a ``RedisError``
         (no node holds the slot yet, no node answered) as the lost connection they are."""
         try:
-            return command(self.client)
+            return command(self.servers.client)
         except RedisClusterException as error:
             raise redis.ConnectionError(f"{type(error).__name__}: {error}") from error
 
